@@ -1,0 +1,10 @@
+"""Why a record was not written. Messages name paths, categories and reasons; never values."""
+
+
+class InputError(ValueError):
+    """Bad input: not JSON, not FHIR R4, fails validation, or cannot be de-identified as given (exit 2)."""
+
+
+class RecordRefused(RuntimeError):
+    """The record was refused: a detector failed, the leak guard found a survivor, or an unknown
+    modifierExtension (exit 3). Nothing of the record is written."""

@@ -1,0 +1,148 @@
+"""One function per rule method. Each takes the element's value and its Site and returns the new value,
+REMOVE, or a TextRef (the value goes through the text stack). The walker knows no method's meaning."""
+from __future__ import annotations
+
+import base64
+import hashlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+from fhir_transforms import dates, references, zipcodes
+from fhir_transforms.errors import InputError
+from fhir_transforms.xhtml import Narrative
+
+if TYPE_CHECKING:
+    from fhir_transforms.walker import Site
+
+REMOVE = object()
+AGE_EXTENSION = "http://deid-adapter.org/fhir/StructureDefinition/age-over-89"
+DATA_ABSENT = "http://hl7.org/fhir/StructureDefinition/data-absent-reason"
+TEXT_CONTENT_TYPES = ("text/", "application/json", "application/xml", "application/fhir+json", "application/fhir+xml")
+YEARS_PER_UNIT = {"a": 1, "yr": 1, "year": 1, "years": 1, "mo": 1 / 12, "month": 1 / 12, "wk": 1 / 52.1775,
+                  "d": 1 / 365.25, "day": 1 / 365.25}
+
+
+@dataclass
+class TextRef:
+    """Texts to send through the text stack, and how to rebuild the element from their replacements."""
+
+    texts: list[str]
+    build: Callable[[list[str]], Any]
+
+
+def remove(value, site: Site):
+    site.label("REDACTED")
+    return REMOVE
+
+
+def keep(value, site: Site):
+    return value
+
+
+def year(value, site: Site):
+    site.label("ABSTRED")
+    if site.element.type == "instant":
+        if not site.element.required:
+            return REMOVE  # an instant cannot hold a year alone
+        site.generated()
+        return dates.year_floor_instant(value)
+    site.generated()
+    return dates.year_only(value)
+
+
+def shift(value, site: Site):
+    site.label("PSEUDED")
+    site.generated()
+    return dates.shift(value, site.day_offset())
+
+
+def pseudonym(value, site: Site):
+    pseudo = site.pseudo
+    if site.element.name == "value" and site.owner == "Identifier":
+        if site.removes_identifier():
+            return remove(value, site)
+        result = pseudo.identifier(site.parent.get("system"), value)
+    elif site.element.name == "id":
+        result = pseudo.resource_id(value)
+    elif site.element.name == "ifNoneExist":
+        result = references.rewrite_query(value, pseudo)
+    else:
+        result = references.rewrite(value, pseudo)
+    if result is None:
+        return remove(value, site)
+    site.label("PSEUDED")
+    site.generated()
+    return result
+
+
+def zip3(value, site: Site):
+    site.label("ABSTRED")
+    result = zipcodes.zip3(value)
+    if result is None:
+        return REMOVE
+    site.generated()
+    return result
+
+
+def age90(value, site: Site):
+    """Ages over 89 become 90+: an Age of 90 or more becomes `>= 90 a`; a birth date that reveals it is removed."""
+    if isinstance(value, dict):  # Age (a Quantity)
+        years = value.get("value")
+        per_unit = YEARS_PER_UNIT.get(value.get("code") or value.get("unit") or "a")
+        if years is not None and per_unit is not None and years * per_unit >= 90:
+            site.label("AGGRED")
+            return {**{k: v for k, v in value.items() if k not in ("value", "comparator", "unit", "code")},
+                    "value": 90, "comparator": ">=", "unit": "a", "system": "http://unitsofmeasure.org", "code": "a"}
+        return site.walk_into(value)
+    if dates.age_in_years(value, site.clock()) >= 90:
+        site.label("AGGRED")
+        site.add_primitive_extensions([
+            {"url": AGE_EXTENSION, "valueString": "90+"},
+            {"url": DATA_ABSENT, "valueCode": "masked"},
+        ])
+        return REMOVE
+    return site.apply_type_rule(value)
+
+
+def text(value, site: Site):
+    """Free text, XHTML narrative and base64 text attachments go through the text stack."""
+    if site.element.type == "xhtml":
+        try:
+            narrative = Narrative.parse(value)
+        except ValueError:
+            raise InputError(f"{site.path}: narrative is not well-formed XHTML") from None
+        site.label("MASKED")
+        return TextRef(narrative.texts, narrative.render)
+    if site.element.type == "base64Binary":
+        return _attachment_text(value, site)
+    site.label("MASKED")
+    return TextRef([value], lambda replaced: replaced[0])
+
+
+def _attachment_text(value, site: Site):
+    content_type = (site.parent.get("contentType") or "").lower()
+    if not content_type.startswith(TEXT_CONTENT_TYPES):
+        return remove(value, site)  # images, PDFs, ...: cannot be checked, so never passed through
+    charset = "utf-8"
+    if "charset=" in content_type:
+        charset = content_type.split("charset=", 1)[1].split(";")[0].strip() or "utf-8"
+    try:
+        decoded = base64.b64decode(value, validate=True).decode(charset)
+    except (ValueError, LookupError):
+        raise InputError(f"{site.path}: attachment is not valid base64 text in its charset") from None
+    site.label("MASKED")
+    parent = site.parent
+
+    def build(replaced: list[str]) -> str:
+        raw = replaced[0].encode(charset)
+        parent["size"] = len(raw)
+        parent["hash"] = base64.b64encode(hashlib.sha1(raw).digest()).decode()
+        return base64.b64encode(raw).decode()
+
+    return TextRef([decoded], build)
+
+
+METHODS: dict[str, Callable] = {
+    "remove": remove, "keep": keep, "year": year, "shift": shift, "pseudonym": pseudonym,
+    "zip3": zip3, "age90": age90, "text": text,
+}

@@ -1,0 +1,51 @@
+"""The one pseudonym function of the project: keyed HMAC-SHA256, used by FHIR, HL7v2, text surrogates and bulk."""
+from __future__ import annotations
+
+import re
+import uuid
+from functools import lru_cache
+
+from cryptography.hazmat.primitives import hashes, hmac
+
+from fhir_transforms.keys import Key
+
+UUID_RE = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+MAX_SHIFT_DAYS = 365
+
+
+class Pseudonymizer:
+    """Same key + same namespace + same value → same pseudonym, on every machine and every night."""
+
+    def __init__(self, key: Key):
+        self.key_id = key.key_id
+        self._secret = key.secret
+        self.digest = lru_cache(maxsize=65536)(self._digest)
+
+    def _digest(self, namespace: str, value: str) -> bytes:
+        mac = hmac.HMAC(self._secret, hashes.SHA256())
+        mac.update(namespace.encode() + b"\x00" + value.encode())
+        return mac.finalize()
+
+    def token(self, namespace: str, value: str, length: int = 32) -> str:
+        """A hex pseudonym of `length` characters (≤ 64)."""
+        return self.digest(namespace, value).hex()[:length]
+
+    def uuid(self, namespace: str, value: str) -> str:
+        """A pseudonym that is itself a valid (version 4 layout) UUID."""
+        return str(uuid.UUID(bytes=self.digest(namespace, value)[:16], version=4))
+
+    def resource_id(self, value: str) -> str:
+        """Pseudonym for a resource id: a UUID stays a UUID (so `urn:uuid:` references stay UUIDs)."""
+        if UUID_RE.match(value):
+            return self.uuid("id", value.lower())
+        return self.token("id", value)
+
+    def identifier(self, system: str | None, value: str) -> str:
+        """Pseudonym for an identifier value, namespaced by its system."""
+        return self.token("identifier|" + (system or ""), value)
+
+    def day_offset(self, patient_id: str) -> int:
+        """The per-patient date shift in days, in [-365, 365] and never 0."""
+        n = int.from_bytes(self.digest("date-shift", patient_id)[:8], "big")
+        offset = n % (2 * MAX_SHIFT_DAYS) - MAX_SHIFT_DAYS
+        return offset if offset < 0 else offset + 1

@@ -1,0 +1,136 @@
+"""De-identify one FHIR record (a Bundle or a resource): the one flow every entry point uses.
+
+parse → known identifiers → rules → text stack → leak guard → (validated) output.
+"""
+from __future__ import annotations
+
+import base64
+import copy
+import re
+from dataclasses import dataclass, field
+from datetime import date
+from typing import Callable, Iterator
+
+from pydantic import ValidationError
+
+from fhir.resources.R4B import get_fhir_model_class
+from fhir_transforms import dates, known as known_ids
+from fhir_transforms.errors import InputError, RecordRefused
+from fhir_transforms.methods import TEXT_CONTENT_TYPES
+from fhir_transforms.pseudonym import Pseudonymizer
+from fhir_transforms.rules import Profile
+from fhir_transforms.walker import RecordContext, walk_resource
+from text_deid import leak_guard, replace
+from text_deid.spans import DetectorError
+from text_deid.stack import TextStack
+
+TAG_RE = re.compile(r"<[^>]+>")
+SKIP_KEYS = {"resourceType", "system", "url"}  # structure, not content: codes of terminologies and extension urls
+
+
+@dataclass
+class RecordResult:
+    resource: dict
+    spans_by_category: dict[str, int] = field(default_factory=dict)
+    texts: int = 0
+
+
+@dataclass
+class Deidentifier:
+    """Everything a record needs: profile, pseudonyms, text stack, clock, and whether to validate."""
+
+    profile: Profile
+    pseudo: Pseudonymizer
+    stack: TextStack
+    clock: Callable[[], date] = dates.today
+    validate: bool = True
+
+    def deidentify(self, resource: dict, path: str = "") -> RecordResult:
+        """The de-identified copy of `resource`, or InputError / RecordRefused; never a partial result."""
+        if not isinstance(resource, dict):
+            raise InputError(f"{path or 'input'}: a FHIR resource must be a JSON object")
+        rtype = resource.get("resourceType")
+        path = path or str(rtype)
+        if self.validate:
+            validate(resource, path)
+        doc = copy.deepcopy(resource)
+        members = list(iter_resources(doc))
+        known = known_ids.collect(members)
+        patients = [r.get("id") for r in members if r.get("resourceType") == "Patient" and r.get("id")]
+        ctx = RecordContext(self.profile, self.pseudo, self.clock, patients[0] if len(patients) == 1 else None)
+        walk_resource(doc, path, ctx)
+
+        texts = [t for p in ctx.pending for t in p.ref.texts]
+        try:
+            spans = self.stack.detect_many(texts, known)
+        except DetectorError as e:
+            raise RecordRefused(f"{path}: text detector failed: {e}") from None
+        counts: dict[str, int] = {}
+        i = 0
+        for pending in ctx.pending:
+            n = len(pending.ref.texts)
+            replaced = []
+            for text, found in zip(pending.ref.texts, spans[i:i + n]):
+                for s in found:
+                    counts[s.category] = counts.get(s.category, 0) + 1
+                replaced.append(replace.apply(text, found))
+            pending.write(pending.ref.build(replaced))
+            i += n
+
+        leaks = leak_guard.scan(output_strings(doc, ctx.generated, path), known)
+        if leaks:
+            shown = "; ".join(str(leak) for leak in leaks[:5])
+            raise RecordRefused(f"{path}: leak guard refused the output: {len(leaks)} known identifier(s) survived: {shown}")
+        if self.validate:
+            try:
+                validate(doc, path)
+            except InputError as e:
+                raise RecordRefused(f"output failed validation (a bug; nothing written): {e}") from None
+        return RecordResult(doc, counts, len(texts))
+
+
+def validate(resource: dict, path: str) -> None:
+    """Validate against the R4B models; the message names locations and error types, never values."""
+    rtype = resource.get("resourceType")
+    try:
+        get_fhir_model_class(rtype).model_validate(resource)
+    except (KeyError, ValueError, TypeError) as e:
+        if isinstance(e, ValidationError):
+            where = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc'])}: {err['type']}" for err in e.errors(include_input=False)[:5]
+            )
+            raise InputError(f"{path}: not a valid FHIR R4 {rtype}: {where}") from None
+        raise InputError(f"{path}: not a FHIR R4 resource the R4B models know (resourceType {rtype!r})") from None
+
+
+def iter_resources(doc: dict) -> Iterator[dict]:
+    """A resource, its contained resources, and for a Bundle every entry's resource (recursively)."""
+    if not isinstance(doc, dict):
+        return
+    yield doc
+    for c in doc.get("contained", []) or []:
+        yield from iter_resources(c)
+    for entry in doc.get("entry", []) or [] if doc.get("resourceType") == "Bundle" else []:
+        if isinstance(entry, dict) and isinstance(entry.get("resource"), dict):
+            yield from iter_resources(entry["resource"])
+
+
+def output_strings(node, generated: set[str], path: str) -> Iterator[tuple[str, str]]:
+    """Every string of the output the leak guard must read: XHTML as text, text attachments decoded."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if k in SKIP_KEYS:
+                continue
+            sub = f"{path}.{k}"
+            if k == "div" and isinstance(v, str):
+                yield sub, TAG_RE.sub(" ", v)
+                yield sub, v
+            elif k == "data" and isinstance(v, str) and str(node.get("contentType", "")).lower().startswith(TEXT_CONTENT_TYPES):
+                yield sub, base64.b64decode(v).decode("utf-8", "replace")
+            else:
+                yield from output_strings(v, generated, sub)
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from output_strings(v, generated, f"{path}[{i}]")
+    elif isinstance(node, str) and path not in generated:
+        yield path, node

@@ -1,0 +1,63 @@
+"""Rewrite every way FHIR points at a resource with the one pseudonym function, so references still resolve."""
+from __future__ import annotations
+
+import re
+from urllib.parse import parse_qsl, quote
+
+from fhir_transforms.pseudonym import UUID_RE, Pseudonymizer
+
+# [base/]Type/id[/_history/vid]
+LITERAL_RE = re.compile(
+    r"^(?P<base>(?:https?://[^?#]*/)?)(?P<type>[A-Z][A-Za-z]+)/(?P<id>[A-Za-z0-9\-.]{1,64})(?P<history>/_history/[A-Za-z0-9\-.]{1,64})?$"
+)
+CONDITIONAL_RE = re.compile(r"^(?P<type>[A-Z][A-Za-z]+)\?(?P<query>.*)$")
+TYPE_ONLY_RE = re.compile(r"^[A-Z][A-Za-z]+$")
+
+
+def rewrite(value: str, pseudo: Pseudonymizer) -> str | None:
+    """Pseudonymize the resource id inside a reference, fullUrl or request url; None if it cannot be kept."""
+    if value.startswith("urn:uuid:"):
+        inner = value[len("urn:uuid:"):]
+        if not UUID_RE.match(inner):
+            return None
+        return "urn:uuid:" + pseudo.resource_id(inner)
+    if value.startswith("urn:oid:"):
+        # OID arc 2.25 holds integers derived from UUIDs: the pseudonym stays a valid OID.
+        return "urn:oid:2.25." + str(int(pseudo.token("oid", value[len("urn:oid:"):]), 16))
+    if value.startswith("#"):
+        return "#" + pseudo.resource_id(value[1:]) if len(value) > 1 else value
+    if TYPE_ONLY_RE.match(value):  # request.url of a create: "Patient"
+        return value
+    m = LITERAL_RE.match(value)
+    if m:
+        return f"{m['base']}{m['type']}/{pseudo.resource_id(m['id'])}{m['history'] or ''}"
+    m = CONDITIONAL_RE.match(value)
+    if m:
+        query = _rewrite_query(m["query"], pseudo)
+        return f"{m['type']}?{query}" if query else None
+    return None
+
+
+def rewrite_query(query: str, pseudo: Pseudonymizer) -> str | None:
+    """`ifNoneExist` and conditional urls: keep only identifier criteria, with pseudonymized values."""
+    return _rewrite_query(query, pseudo) or None
+
+
+def _rewrite_query(query: str, pseudo: Pseudonymizer) -> str:
+    kept = []
+    for name, value in parse_qsl(query, keep_blank_values=True):
+        if name != "identifier":
+            continue  # other criteria (name, birthdate, ...) would carry PHI
+        system, sep, ident = value.rpartition("|")
+        if not sep:
+            system, ident = "", value
+        kept.append(f"identifier={quote(system, safe=':/.-_')}|{pseudo.identifier(system, ident)}")
+    return "&".join(kept)
+
+
+def resource_id_of(reference: str) -> str | None:
+    """The target id of a literal or urn:uuid reference (used to find a resource's patient)."""
+    if reference.startswith("urn:uuid:"):
+        return reference[len("urn:uuid:"):]
+    m = LITERAL_RE.match(reference)
+    return m["id"] if m else None

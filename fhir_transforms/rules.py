@@ -1,0 +1,85 @@
+"""Profiles: declarative rules read from mappings/fhir/*.yaml, looked up by specificity."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+
+MAPPINGS = Path(__file__).resolve().parent.parent / "mappings" / "fhir"
+METHODS = {"remove", "keep", "year", "shift", "pseudonym", "zip3", "age90", "text"}
+PROFILES = ("safe-harbor", "longitudinal")
+
+
+class ProfileError(ValueError):
+    """A profile file is missing or names an unknown method."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    method: str
+    options: dict = field(default_factory=dict)
+
+
+@dataclass
+class Profile:
+    name: str
+    version: str
+    rules: dict[str, Rule]
+    default_primitive: Rule
+    identifier_remove_types: frozenset[str]
+    identifier_remove_systems: frozenset[str]
+    extension_allow: frozenset[str]
+    modifier_extension_allow: frozenset[str]
+
+    def lookup(self, path: str, owner: str, owner_is_resource: bool, element: str, element_type: str) -> Rule | None:
+        """The most specific rule for an element: full path, then owner.element, then type."""
+        rules = self.rules
+        return (
+            rules.get(path)
+            or rules.get(f"{owner}.{element}")
+            or (rules.get(f"Resource.{element}") if owner_is_resource else None)
+            or (rules.get(f"Element.{element}") if not owner_is_resource else None)
+            or rules.get(element_type)
+        )
+
+
+def _rule(spec, where: str) -> Rule:
+    if isinstance(spec, str):
+        spec = {"method": spec}
+    method = spec.get("method")
+    if method not in METHODS:
+        raise ProfileError(f"{where}: unknown method {method!r} (known: {', '.join(sorted(METHODS))})")
+    return Rule(method, {k: v for k, v in spec.items() if k != "method"})
+
+
+def _raw(name: str) -> dict:
+    path = MAPPINGS / f"{name}.yaml"
+    if not path.exists():
+        raise ProfileError(f"unknown profile {name!r} (known: {', '.join(PROFILES)})")
+    doc = yaml.safe_load(path.read_text())
+    if "extends" in doc:
+        base = _raw(doc["extends"])
+        merged = {**base, **{k: v for k, v in doc.items() if k != "rules"}}
+        merged["rules"] = {**base.get("rules", {}), **doc.get("rules", {})}
+        return merged
+    return doc
+
+
+@lru_cache(maxsize=None)
+def load_profile(name: str) -> Profile:
+    """Read and check a profile by name; every rule's method must be known."""
+    doc = _raw(name)
+    rules = {path: _rule(spec, f"{name}: {path}") for path, spec in doc.get("rules", {}).items()}
+    ids = doc.get("identifiers", {})
+    return Profile(
+        name=doc["profile"],
+        version=str(doc["version"]),
+        rules=rules,
+        default_primitive=_rule(doc.get("default_primitive", "keep"), f"{name}: default_primitive"),
+        identifier_remove_types=frozenset(ids.get("remove_types", [])),
+        identifier_remove_systems=frozenset(ids.get("remove_systems", [])),
+        extension_allow=frozenset(doc.get("extensions", {}).get("allow", [])),
+        modifier_extension_allow=frozenset(doc.get("modifier_extensions", {}).get("allow", [])),
+    )

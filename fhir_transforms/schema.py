@@ -1,0 +1,82 @@
+"""FHIR R4 element types, read once from fhir.resources' R4B models (R4B shares R4's datatypes).
+
+The walker needs, for each JSON key of a resource or datatype, the element's FHIR type, whether it
+is a list and whether it is required. Reading that from the model classes (instead of validating
+every resource) lets trusted bulk input take a fast path with the same rules.
+"""
+from __future__ import annotations
+
+import typing
+from dataclasses import dataclass
+from functools import lru_cache
+
+from fhir.resources.R4B import get_fhir_model_class
+
+# Primitive annotation class name (fhir_core types) → FHIR primitive type name.
+PRIMITIVES = {
+    "Boolean": "boolean", "Integer": "integer", "Integer64": "integer64", "PositiveInt": "positiveInt",
+    "UnsignedInt": "unsignedInt", "Decimal": "decimal", "String": "string", "Markdown": "markdown",
+    "Code": "code", "Id": "id", "Uri": "uri", "Url": "url", "Canonical": "canonical", "Oid": "oid",
+    "Uuid": "uuid", "Base64Binary": "base64Binary", "Date": "date", "DateTime": "dateTime",
+    "Instant": "instant", "Time": "time", "Xhtml": "xhtml", "UuidVersion": "uuid",
+}
+
+
+@dataclass(frozen=True)
+class Element:
+    name: str  # FHIR element name (JSON key without a leading "_")
+    type: str  # FHIR type: "HumanName", "dateTime", "Resource", ... ; "Element" for `_x` primitive extensions
+    is_list: bool
+    required: bool
+
+
+def _type_name(annotation) -> tuple[str, bool]:
+    is_list = False
+    while True:
+        origin = typing.get_origin(annotation)
+        if origin is typing.Union or str(origin) == "<class 'types.UnionType'>":
+            annotation = next(a for a in typing.get_args(annotation) if a is not type(None))
+        elif origin in (list, typing.List):
+            is_list = True
+            annotation = typing.get_args(annotation)[0]
+        elif origin is typing.Annotated:
+            names = [type(m).__name__ for m in annotation.__metadata__]
+            primitive = next((PRIMITIVES[n] for n in names if n in PRIMITIVES), None)
+            if primitive is None:
+                raise TypeError(f"unknown FHIR primitive annotation {names}")
+            return primitive, is_list
+        elif annotation is bool:
+            return "boolean", is_list
+        else:
+            name = getattr(annotation, "__name__", str(annotation))
+            if name.endswith("Type"):
+                name = name[: -len("Type")]
+            if name == "FHIRPrimitiveExtension":
+                name = "Element"
+            return name, is_list
+
+
+@lru_cache(maxsize=None)
+def elements(type_name: str) -> dict[str, Element]:
+    """JSON key → Element for a resource, datatype or backbone element type name."""
+    model = get_fhir_model_class(type_name)
+    out: dict[str, Element] = {}
+    for field_name, field in model.model_fields.items():
+        if field_name == "fhir_comments":
+            continue
+        extra = field.json_schema_extra or {}
+        type_name_, is_list = _type_name(field.annotation)
+        key = field.alias or field_name
+        name = key.lstrip("_")
+        out[key] = Element(name, type_name_, is_list, bool(extra.get("element_required")))
+    return out
+
+
+@lru_cache(maxsize=None)
+def is_resource_type(name: str) -> bool:
+    """True for an R4B resource type name (R4-only types such as MedicinalProduct are not known)."""
+    try:
+        model = get_fhir_model_class(name)
+    except (KeyError, ValueError):
+        return False
+    return any(base.__name__ == "Resource" for base in model.__mro__)

@@ -1,0 +1,216 @@
+"""Walk a FHIR resource with its element types and apply the profile's rules.
+
+The walker finds a rule for each element (fhir_transforms/rules.py) and calls the method of that name
+(fhir_transforms/methods.py). Text is not replaced here: `text` methods hand back TextRefs that the
+record engine sends through the text stack in one batch, then writes back.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import date
+from typing import Callable
+
+from fhir_transforms import references
+from fhir_transforms.errors import InputError, RecordRefused
+from fhir_transforms.methods import METHODS, REMOVE, TextRef
+from fhir_transforms.pseudonym import Pseudonymizer
+from fhir_transforms.rules import Profile, Rule
+from fhir_transforms.schema import Element, elements, is_resource_type
+
+SECURITY_SYSTEM = "http://terminology.hl7.org/CodeSystem/v3-ObservationValue"
+KEY_TAG_SYSTEM = "http://deid-adapter.org/fhir/CodeSystem/key-id"
+PROFILE_TAG_SYSTEM = "http://deid-adapter.org/fhir/CodeSystem/deid-profile"
+PATIENT_LINKS = ("subject", "patient", "beneficiary")
+
+
+@dataclass
+class PendingText:
+    ref: TextRef
+    write: Callable[[object], None]
+    path: str
+
+
+@dataclass
+class RecordContext:
+    """What one record's walk shares: profile, keys, clock, and what it has found so far."""
+
+    profile: Profile
+    pseudo: Pseudonymizer
+    clock: Callable[[], date]
+    single_patient: str | None = None
+    pending: list[PendingText] = field(default_factory=list)
+    generated: set[str] = field(default_factory=set)  # JSON paths of values the engine wrote itself
+
+
+@dataclass
+class ResourceState:
+    type: str
+    patient_id: str
+    labels: set[str]
+
+
+@dataclass
+class Site:
+    """Where a method is applied: the element, its owner and parent node, its path, and the record context."""
+
+    ctx: RecordContext
+    res: ResourceState
+    parent: dict
+    owner: str
+    element: Element
+    path: str  # JSON path, e.g. Bundle.entry[3].resource.birthDate
+    fpath: str  # FHIR path without indices, e.g. Patient.birthDate
+    pending_extensions: list = field(default_factory=list)
+
+    @property
+    def pseudo(self) -> Pseudonymizer:
+        return self.ctx.pseudo
+
+    def clock(self) -> date:
+        return self.ctx.clock()
+
+    def label(self, code: str) -> None:
+        self.res.labels.add(code)
+
+    def generated(self) -> None:
+        self.ctx.generated.add(self.path)
+
+    def day_offset(self) -> int:
+        return self.ctx.pseudo.day_offset(self.res.patient_id)
+
+    def removes_identifier(self) -> bool:
+        p = self.ctx.profile
+        if self.parent.get("system") in p.identifier_remove_systems:
+            return True
+        codes = {c.get("code") for c in (self.parent.get("type") or {}).get("coding", []) or []}
+        return bool(codes & p.identifier_remove_types)
+
+    def add_primitive_extensions(self, extensions: list[dict]) -> None:
+        self.pending_extensions.extend(extensions)
+
+    def apply_type_rule(self, value):
+        rule = self.ctx.profile.rules.get(self.element.type) or self.ctx.profile.default_primitive
+        return METHODS[rule.method](value, self)
+
+    def walk_into(self, node: dict):
+        _walk_complex(node, self.element.type, self.fpath, self.path, False, self.ctx, self.res)
+        return node
+
+
+def walk_resource(res: dict, path: str, ctx: RecordContext) -> None:
+    """Apply the profile to one resource (and, through the walk, to its contained and entry resources)."""
+    rtype = res.get("resourceType")
+    if not isinstance(rtype, str) or not is_resource_type(rtype):
+        raise InputError(f"{path}: resourceType is missing or not an R4 resource type known to the R4B models")
+    state = ResourceState(rtype, _patient_of(res, ctx), set())
+    _walk_complex(res, rtype, rtype, path, True, ctx, state)
+    _stamp(res, state, ctx)
+
+
+def _patient_of(res: dict, ctx: RecordContext) -> str:
+    """The patient whose date offset applies: the Patient itself, its subject/patient link, or the record's only patient."""
+    if res.get("resourceType") == "Patient" and res.get("id"):
+        return res["id"]
+    for name in PATIENT_LINKS:
+        link = res.get(name)
+        if isinstance(link, dict) and isinstance(link.get("reference"), str):
+            target = references.resource_id_of(link["reference"])
+            if target:
+                return target
+    return ctx.single_patient or ""
+
+
+def _walk_complex(node: dict, type_name: str, fpath: str, path: str, is_resource: bool, ctx: RecordContext,
+                  state: ResourceState) -> None:
+    known = elements(type_name)
+    profile = ctx.profile
+    for key in list(node):
+        if key == "resourceType":
+            continue
+        el = known.get(key)
+        if el is None:  # unknown element: only reachable without validation; never passed through
+            del node[key]
+            state.labels.add("REDACTED")
+            continue
+        sub_fpath = f"{fpath}.{el.name}"
+        sub_path = f"{path}.{key}"
+        values = node[key] if isinstance(node[key], list) else [node[key]]
+        if key == "modifierExtension":
+            _check_modifiers(values, profile, sub_path)
+        if el.type == "Extension":
+            allowed = [v for v in values if isinstance(v, dict) and v.get("url") in profile.extension_allow]
+            if len(allowed) != len(values):
+                state.labels.add("REDACTED")
+            values = allowed
+        rule = profile.lookup(sub_fpath, type_name, is_resource, el.name, el.type)
+        out: list = []
+        for value in values:
+            # the index it will have in the output (generated-value paths must match the output the guard reads)
+            item_path = f"{sub_path}[{len(out)}]" if el.is_list else sub_path
+            site = Site(ctx, state, node, type_name, el, item_path, sub_fpath)
+            result = _apply(value, rule, site)
+            if site.pending_extensions:
+                _add_extensions(node, "_" + key, site.pending_extensions)
+            if result is REMOVE:
+                continue
+            if isinstance(result, TextRef):
+                index = len(out)
+                out.append(value)
+                ctx.pending.append(PendingText(result, _writer(node, key, out, index, el.is_list), item_path))
+            else:
+                out.append(result)
+        if out:
+            node[key] = out if el.is_list else out[0]
+        else:
+            del node[key]
+
+
+def _apply(value, rule: Rule | None, site: Site):
+    if rule is not None:
+        return METHODS[rule.method](value, site)
+    el = site.element
+    if el.type == "Resource":
+        if not isinstance(value, dict):
+            raise InputError(f"{site.path}: a resource must be a JSON object")
+        walk_resource(value, site.path, site.ctx)
+        return value
+    if isinstance(value, dict):
+        _walk_complex(value, el.type, site.fpath, site.path, False, site.ctx, site.res)
+        return value
+    return METHODS[site.ctx.profile.default_primitive.method](value, site)
+
+
+def _writer(node: dict, key: str, out: list, index: int, is_list: bool) -> Callable[[object], None]:
+    def write(new_value) -> None:
+        if is_list:
+            out[index] = new_value
+        else:
+            node[key] = new_value
+    return write
+
+
+def _check_modifiers(values: list, profile: Profile, path: str) -> None:
+    for v in values:
+        url = v.get("url") if isinstance(v, dict) else None
+        if url not in profile.modifier_extension_allow:
+            raise RecordRefused(f"{path}: unknown modifierExtension (its meaning cannot be kept); add it to the profile's allow-list")
+
+
+def _add_extensions(node: dict, key: str, extensions: list[dict]) -> None:
+    holder = node.setdefault(key, {})
+    holder.setdefault("extension", []).extend(extensions)
+
+
+def _stamp(res: dict, state: ResourceState, ctx: RecordContext) -> None:
+    """meta.security labels for what was changed, and tags naming the key id and profile."""
+    meta = res.setdefault("meta", {})
+    security = meta.setdefault("security", [])
+    present = {(c.get("system"), c.get("code")) for c in security}
+    for code in sorted(state.labels):
+        if (SECURITY_SYSTEM, code) not in present:
+            security.append({"system": SECURITY_SYSTEM, "code": code})
+    if not security:
+        del meta["security"]
+    tags = meta.setdefault("tag", [])
+    tags.append({"system": KEY_TAG_SYSTEM, "code": ctx.pseudo.key_id})
+    tags.append({"system": PROFILE_TAG_SYSTEM, "code": f"{ctx.profile.name}@{ctx.profile.version}"})

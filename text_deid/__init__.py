@@ -1,0 +1,1 @@
+"""Layered detection and replacement of PHI in free text."""

@@ -1,0 +1,31 @@
+"""What Safe Harbor lets us keep even when a detector flags it: ages under 90, a bare year,
+a time or weekday alone, and numbers of three digits or fewer."""
+from __future__ import annotations
+
+import re
+
+from text_deid.spans import Span
+
+BARE_YEAR_RE = re.compile(r"^(?:in\s+)?'?(?:\d{2}|\d{4})s?$", re.IGNORECASE)
+TIME_RE = re.compile(r"^\d{1,2}(?::\d{2}){1,2}\s*(?:[ap]\.?m\.?)?$|^\d{1,2}\s*[ap]\.?m\.?$", re.IGNORECASE)
+WEEKDAY_RE = re.compile(
+    r"^(?:mon|tue|tues|wed|thu|thur|thurs|fri|sat|sun)(?:day|nesday|rsday|urday|sday)?\.?$", re.IGNORECASE
+)
+SHORT_NUMBER_RE = re.compile(r"^[#\s]*\d{1,3}$")
+AGE_RE = re.compile(r"(\d{1,3})")
+
+
+def keeps(span: Span, text: str) -> bool:
+    """True when the span's text is something Safe Harbor does not count as PHI."""
+    covered = text[span.start:span.end].strip()
+    if span.category == "AGE_OVER_89":
+        m = AGE_RE.search(covered)
+        return bool(m) and int(m.group(1)) < 90
+    if span.category == "DATE":
+        return bool(BARE_YEAR_RE.match(covered) or TIME_RE.match(covered) or WEEKDAY_RE.match(covered))
+    return bool(SHORT_NUMBER_RE.match(covered))
+
+
+def filter_spans(spans: list[Span], text: str, protected: frozenset[str] = frozenset({"known"})) -> list[Span]:
+    """Drop spans Safe Harbor keeps; spans of protected detectors (the record's own identifiers) always stay."""
+    return [s for s in spans if s.detector in protected or not keeps(s, text)]

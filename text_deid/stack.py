@@ -1,0 +1,100 @@
+"""Stacks: which detectors run on a text. Stacks are data; detectors are looked up by name."""
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from text_deid import merge, safe_harbor
+from text_deid.detectors import Detector
+from text_deid.spans import DetectorError, KnownIdentifier, Span
+
+
+def _known() -> Detector:
+    from text_deid.detectors.known_identifiers import KnownIdentifierDetector
+
+    return KnownIdentifierDetector()
+
+
+def _patterns() -> Detector:
+    from text_deid.detectors.patterns import PatternDetector
+
+    return PatternDetector()
+
+
+# Detector name → factory. Later layers (gazetteer, ner, llm) register here.
+DETECTORS: dict[str, Callable[[], Detector]] = {"known": _known, "patterns": _patterns}
+
+# Stack name → detector names (../shared/DESIGN.md).
+STACKS: dict[str, tuple[str, ...]] = {
+    "patterns": ("known", "patterns"),
+    "no-llm": ("known", "patterns", "gazetteer", "ner"),
+    "precision-first": ("known", "patterns", "llm"),
+    "recall-first": ("known", "patterns", "ner", "llm"),
+    "balanced": ("known", "patterns", "ner", "llm", "llm-second-opinion"),
+}
+DEFAULT_STACK = "patterns"
+DETECTOR_TIMEOUT_S = 300.0
+
+
+class StackUnavailable(ValueError):
+    """A stack needs a detector that is not installed or configured: never silently run a smaller one."""
+
+
+@dataclass
+class TextStack:
+    name: str
+    detectors: list[Detector]
+    timeout_s: float = DETECTOR_TIMEOUT_S
+
+    def detect_many(self, texts: Sequence[str], known: Sequence[KnownIdentifier]) -> list[list[Span]]:
+        """Spans for each text: detectors run in parallel, results filtered and merged by union.
+
+        Any detector error or timeout raises DetectorError: the caller must fail the record closed.
+        """
+        known = tuple(known)
+        if not texts:
+            return []
+        with ThreadPoolExecutor(max_workers=len(self.detectors), thread_name_prefix="detector") as pool:
+            futures = [(d.name, pool.submit(_run, d, texts, known)) for d in self.detectors]
+            per_detector = []
+            for name, future in futures:
+                try:
+                    per_detector.append(future.result(timeout=self.timeout_s))
+                except FutureTimeout:
+                    raise DetectorError(f"{name}: timed out after {self.timeout_s:.0f} s") from None
+                except DetectorError:
+                    raise
+                except Exception as e:  # the message of a foreign exception may quote the text: keep only its type
+                    raise DetectorError(f"{name}: {type(e).__name__}") from None
+        results = []
+        for i, text in enumerate(texts):
+            spans = [s for found in per_detector for s in found[i]]
+            _check_offsets(spans, len(text))
+            results.append(merge.union(safe_harbor.filter_spans(spans, text)))
+        return results
+
+    def detect(self, text: str, known: Sequence[KnownIdentifier] = ()) -> list[Span]:
+        return self.detect_many([text], known)[0]
+
+
+def _run(detector: Detector, texts: Sequence[str], known: tuple[KnownIdentifier, ...]) -> list[list[Span]]:
+    return [detector.detect(t, known) if t.strip() else [] for t in texts]
+
+
+def _check_offsets(spans: list[Span], length: int) -> None:
+    for s in spans:
+        if not (0 <= s.start < s.end <= length):
+            raise DetectorError(f"{s.detector}: span offsets outside the text")
+
+
+def build_stack(name: str | None = None) -> TextStack:
+    """The named stack, or StackUnavailable naming what is missing."""
+    name = name or DEFAULT_STACK
+    if name not in STACKS:
+        raise StackUnavailable(f"unknown stack {name!r} (known: {', '.join(STACKS)})")
+    missing = [d for d in STACKS[name] if d not in DETECTORS]
+    if missing:
+        raise StackUnavailable(f"stack {name!r} needs detectors that are not available here: {', '.join(missing)}")
+    return TextStack(name, [DETECTORS[d]() for d in STACKS[name]])
