@@ -19,7 +19,7 @@ from fhir_transforms.errors import InputError, RecordRefused
 from fhir_transforms.methods import TEXT_CONTENT_TYPES
 from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.rules import Profile
-from fhir_transforms.walker import RecordContext, walk_resource
+from fhir_transforms.walker import RecordContext, stamp_all, walk_resource
 from text_deid import leak_guard, replace
 from text_deid.spans import DetectorError
 from text_deid.stack import TextStack
@@ -73,9 +73,12 @@ class Deidentifier:
             for text, found in zip(pending.ref.texts, spans[i:i + n]):
                 for s in found:
                     counts[s.category] = counts.get(s.category, 0) + 1
+                if found:
+                    pending.labels.add("MASKED")
                 replaced.append(replace.apply(text, found))
             pending.write(pending.ref.build(replaced))
             i += n
+        stamp_all(ctx)
 
         leaks = leak_guard.scan(output_strings(doc, ctx.generated, path), known)
         if leaks:

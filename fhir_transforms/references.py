@@ -12,6 +12,7 @@ LITERAL_RE = re.compile(
 )
 CONDITIONAL_RE = re.compile(r"^(?P<type>[A-Z][A-Za-z]+)\?(?P<query>.*)$")
 TYPE_ONLY_RE = re.compile(r"^[A-Z][A-Za-z]+$")
+OPERATION_RE = re.compile(r"^(?:[A-Z][A-Za-z]+/)?\$[A-Za-z\-]+$")
 
 
 def rewrite(value: str, pseudo: Pseudonymizer) -> str | None:
@@ -26,15 +27,15 @@ def rewrite(value: str, pseudo: Pseudonymizer) -> str | None:
         return "urn:oid:2.25." + str(int(pseudo.token("oid", value[len("urn:oid:"):]), 16))
     if value.startswith("#"):
         return "#" + pseudo.resource_id(value[1:]) if len(value) > 1 else value
-    if TYPE_ONLY_RE.match(value):  # request.url of a create: "Patient"
+    if TYPE_ONLY_RE.match(value) or OPERATION_RE.match(value):  # "Patient" (a create), "ValueSet/$lookup"
         return value
     m = LITERAL_RE.match(value)
     if m:
         return f"{m['base']}{m['type']}/{pseudo.resource_id(m['id'])}{m['history'] or ''}"
     m = CONDITIONAL_RE.match(value)
     if m:
-        query = _rewrite_query(m["query"], pseudo)
-        return f"{m['type']}?{query}" if query else None
+        # criteria other than identifiers are dropped; "Patient?" stays a valid (criteria-less) url
+        return f"{m['type']}?{_rewrite_query(m['query'], pseudo)}"
     return None
 
 

@@ -28,6 +28,7 @@ class PendingText:
     ref: TextRef
     write: Callable[[object], None]
     path: str
+    labels: set[str]  # the owning resource's security labels: MASKED is added if a span is replaced
 
 
 @dataclass
@@ -40,6 +41,7 @@ class RecordContext:
     single_patient: str | None = None
     pending: list[PendingText] = field(default_factory=list)
     generated: set[str] = field(default_factory=set)  # JSON paths of values the engine wrote itself
+    walked: list = field(default_factory=list)  # (resource, ResourceState), stamped once text is replaced
 
 
 @dataclass
@@ -104,7 +106,13 @@ def walk_resource(res: dict, path: str, ctx: RecordContext) -> None:
         raise InputError(f"{path}: resourceType is missing or not an R4 resource type known to the R4B models")
     state = ResourceState(rtype, _patient_of(res, ctx), set())
     _walk_complex(res, rtype, rtype, path, True, ctx, state)
-    _stamp(res, state, ctx)
+    ctx.walked.append((res, state))
+
+
+def stamp_all(ctx: RecordContext) -> None:
+    """After text replacement: label every walked resource with what was changed in it."""
+    for res, state in ctx.walked:
+        _stamp(res, state, ctx)
 
 
 def _patient_of(res: dict, ctx: RecordContext) -> str:
@@ -151,12 +159,13 @@ def _walk_complex(node: dict, type_name: str, fpath: str, path: str, is_resource
             result = _apply(value, rule, site)
             if site.pending_extensions:
                 _add_extensions(node, "_" + key, site.pending_extensions)
-            if result is REMOVE:
+            if result is REMOVE or result == {}:  # an element left empty by the rules is dropped
                 continue
             if isinstance(result, TextRef):
                 index = len(out)
                 out.append(value)
-                ctx.pending.append(PendingText(result, _writer(node, key, out, index, el.is_list), item_path))
+                ctx.pending.append(
+                    PendingText(result, _writer(node, key, out, index, el.is_list), item_path, state.labels))
             else:
                 out.append(result)
         if out:

@@ -76,11 +76,18 @@ def _identifier_form(value: str) -> list[str]:
     return [r"[\s\-./]?".join(map(re.escape, chars))]
 
 
+STREET_SUFFIXES = {"st", "street", "ave", "avenue", "rd", "road", "dr", "drive", "ln", "lane", "blvd", "boulevard",
+                   "ct", "court", "way", "pl", "place", "ter", "terrace", "cir", "circle", "pkwy", "parkway", "hwy"}
+
+
 def _phrase_form(value: str) -> list[str]:
     words = [w for w in re.split(r"[\s,]+", value.strip()) if w]
     if not words or len("".join(words)) < 3:
         return []
-    return [r"[\s,.]+".join(map(re.escape, words))]
+    found = [r"[\s,.]+".join(map(re.escape, words))]
+    if len(words) >= 3 and words[-1].rstrip(".").lower() in STREET_SUFFIXES:
+        found.append(r"[\s,.]+".join(map(re.escape, words[:-1])))  # "534 Erewhon" for "534 Erewhon St"
+    return found
 
 
 def forms(known: KnownIdentifier) -> list[str]:

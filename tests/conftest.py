@@ -1,0 +1,63 @@
+"""Shared fixtures: a fixed test key (golden files depend on it), the shared sample data, the CLI."""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+from datetime import date
+from pathlib import Path
+
+import pytest
+
+from fhir_transforms.keys import Key, key_id_for, load_key
+from fhir_transforms.pseudonym import Pseudonymizer
+from fhir_transforms.record import Deidentifier
+from fhir_transforms.rules import load_profile
+from text_deid.stack import build_stack
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared" / "data"
+TEST_SECRET = bytes(range(32))  # a fixed, public test key: golden files are made with it
+FIXED_TODAY = date(2026, 1, 15)
+
+
+def write_key(path: Path, secret: bytes) -> Path:
+    path.write_text(json.dumps({"version": 1, "key_id": key_id_for(secret), "secret": base64.b64encode(secret).decode()}))
+    path.chmod(0o600)
+    return path
+
+
+@pytest.fixture(scope="session")
+def test_key_file(tmp_path_factory) -> Path:
+    return write_key(tmp_path_factory.mktemp("keys") / "test.key", TEST_SECRET)
+
+
+@pytest.fixture(scope="session")
+def other_key_file(tmp_path_factory) -> Path:
+    return write_key(tmp_path_factory.mktemp("keys") / "other.key", bytes(range(100, 132)))
+
+
+@pytest.fixture(scope="session")
+def test_key(test_key_file) -> Key:
+    return load_key(test_key_file)
+
+
+def make_engine(key: Key, profile: str = "safe-harbor", validate: bool = True, today: date = FIXED_TODAY) -> Deidentifier:
+    return Deidentifier(load_profile(profile), Pseudonymizer(key), build_stack("patterns"), lambda: today, validate)
+
+
+@pytest.fixture
+def engine(test_key) -> Deidentifier:
+    return make_engine(test_key)
+
+
+def run_cli(*args: str, key_file: Path | None = None, check: bool = False) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DEID_ADAPTER_")}
+    if key_file:
+        env["DEID_ADAPTER_KEY_FILE"] = str(key_file)
+    proc = subprocess.run([sys.executable, "-m", "adapter.cli", *args], cwd=ROOT, env=env, capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"exit {proc.returncode}: {proc.stderr[-2000:]}")
+    return proc

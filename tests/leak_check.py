@@ -1,0 +1,97 @@
+"""An independent leak check for FHIR outputs, written apart from the engine (it shares none of its code).
+
+For every input file it collects the people's names, telecom, address lines, cities, full ZIPs, every
+identifier value, patient ids and every full date, then searches the output (JSON text, XHTML stripped
+of tags, base64 attachments decoded) for each, case-insensitively, as whole tokens.
+"""
+from __future__ import annotations
+
+import base64
+import html
+import json
+import re
+from pathlib import Path
+
+PEOPLE = {"Patient", "RelatedPerson", "Person", "Practitioner"}
+
+
+def load(path: Path) -> list[dict]:
+    text = path.read_text(encoding="utf-8-sig")
+    if path.suffix == ".ndjson":
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+    return [json.loads(text)]
+
+
+def resources(doc):
+    if isinstance(doc, dict) and "resourceType" in doc:
+        yield doc
+        for c in doc.get("contained") or []:
+            yield from resources(c)
+        if doc["resourceType"] == "Bundle":
+            for e in doc.get("entry") or []:
+                if e.get("resource"):
+                    yield from resources(e["resource"])
+
+
+def nodes(x):
+    if isinstance(x, dict):
+        for k, v in x.items():
+            yield k, v
+            yield from nodes(v)
+    elif isinstance(x, list):
+        for v in x:
+            yield from nodes(v)
+
+
+def identifying_values(doc) -> set[tuple[str, str]]:
+    found = set()
+    for r in resources(doc):
+        if r["resourceType"] in PEOPLE:
+            for n in r.get("name") or []:
+                for part in (n.get("given") or []) + [n.get("family") or ""]:
+                    found.add(("name", part))
+            for t in r.get("telecom") or []:
+                found.add(("telecom", t.get("value") or ""))
+            for a in r.get("address") or []:
+                for line in a.get("line") or []:
+                    found.add(("address", line))
+                found.add(("city", a.get("city") or ""))
+                if len(re.sub(r"\D", "", a.get("postalCode") or "")) >= 5:
+                    found.add(("zip", a["postalCode"]))
+            if r["resourceType"] == "Patient":
+                found.add(("patient-id", r.get("id") or ""))
+        for key, value in nodes(r):
+            if key == "identifier":
+                for ident in value if isinstance(value, list) else [value]:
+                    if r["resourceType"] not in ("Organization", "Location"):
+                        found.add(("identifier", (ident or {}).get("value") or ""))
+            if isinstance(value, str) and key != "lastUpdated" and re.match(r"^\d{4}-\d{2}-\d{2}", value):
+                found.add(("date", value[:10]))
+    return {(k, v.strip()) for k, v in found if len(v.strip()) >= 3}
+
+
+def searchable_text(doc) -> str:
+    parts = [json.dumps(doc, ensure_ascii=False)]
+    for key, value in nodes(doc):
+        if key == "div" and isinstance(value, str):
+            parts.append(html.unescape(re.sub(r"<[^>]+>", " ", value)))
+        if key == "data" and isinstance(value, str):
+            try:
+                parts.append(base64.b64decode(value, validate=True).decode("utf-8", "replace"))
+            except ValueError:
+                pass
+    return "\n".join(parts).lower()
+
+
+def leaks(input_path: Path, output_path: Path) -> tuple[int, list[str]]:
+    """(number of values checked, kinds of the values found in the output)."""
+    values = set()
+    for doc in load(input_path):
+        values |= identifying_values(doc)
+    text = "\n".join(searchable_text(d) for d in load(output_path))
+    found = []
+    for kind, value in sorted(values):
+        tail = r"(?![0-9])" if kind == "date" else r"(?![0-9a-z])"
+        if re.search(r"(?<![0-9a-z])" + re.escape(value.lower()) + tail, text):
+            found.append(kind)
+    return len(values), found
