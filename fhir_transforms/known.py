@@ -51,26 +51,14 @@ def _person(res: dict) -> Iterable[KnownIdentifier]:
             yield KnownIdentifier(ext["valueString"], "NAME")
 
 
-def _walk(node, parent_key: str = "") -> Iterable[KnownIdentifier]:
-    if isinstance(node, dict):
-        if parent_key == "identifier" and node.get("value"):
-            yield KnownIdentifier(node["value"], identifier_category(node))
-        if node.get("display") and PERSON_REFERENCE_RE.match(str(node.get("reference", ""))):
-            yield KnownIdentifier(node["display"], "NAME")
-        for k, v in node.items():
-            yield from _walk(v, k)
-    elif isinstance(node, list):
-        for v in node:
-            yield from _walk(v, parent_key)
-    elif isinstance(node, str) and FULL_DATE_RE.match(node) and parent_key != "lastUpdated":
-        yield KnownIdentifier(node[:10], "DATE")
+def collect(resources: Iterable[dict]) -> set[KnownIdentifier]:
+    """Known identifiers of the people in the record (names, telecom, addresses, ids, birth dates).
 
-
-def collect(resources: Iterable[dict]) -> tuple[KnownIdentifier, ...]:
-    """Known identifiers of all people in the record, plus every identifier value and full date."""
+    Identifier values, dates and person reference displays elsewhere are recorded by the rule methods
+    as they transform them (fhir_transforms/methods.py), so one walk serves both.
+    """
     found: set[KnownIdentifier] = set()
     for res in resources:
         if res.get("resourceType") in PEOPLE:
             found.update(_person(res))
-        found.update(_walk(res))
-    return tuple(sorted(k for k in found if len(k.value.strip()) >= 2))
+    return found

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from fhir_transforms import dates, references, zipcodes
 from fhir_transforms.errors import InputError
+from fhir_transforms.known import PERSON_REFERENCE_RE, identifier_category
 from fhir_transforms.xhtml import Narrative
 
 if TYPE_CHECKING:
@@ -31,6 +32,8 @@ class TextRef:
 
 
 def remove(value, site: Site):
+    if site.element.name == "value" and site.owner == "Identifier":
+        site.record_known(value, identifier_category(site.parent))
     site.label("REDACTED")
     return REMOVE
 
@@ -40,6 +43,7 @@ def keep(value, site: Site):
 
 
 def year(value, site: Site):
+    site.record_known(value, "DATE")
     site.label("ABSTRED")
     if site.element.type == "instant":
         if not site.element.required:
@@ -51,6 +55,7 @@ def year(value, site: Site):
 
 
 def shift(value, site: Site):
+    site.record_known(value, "DATE")
     site.label("PSEUDED")
     site.generated()
     return dates.shift(value, site.day_offset())
@@ -59,6 +64,7 @@ def shift(value, site: Site):
 def pseudonym(value, site: Site):
     pseudo = site.pseudo
     if site.element.name == "value" and site.owner == "Identifier":
+        site.record_known(value, identifier_category(site.parent))
         if site.removes_identifier():
             return remove(value, site)
         result = pseudo.identifier(site.parent.get("system"), value)
@@ -94,6 +100,7 @@ def age90(value, site: Site):
             return {**{k: v for k, v in value.items() if k not in ("value", "comparator", "unit", "code")},
                     "value": 90, "comparator": ">=", "unit": "a", "system": "http://unitsofmeasure.org", "code": "a"}
         return site.walk_into(value)
+    site.record_known(value, "DATE")
     if dates.age_in_years(value, site.clock()) >= 90:
         site.label("AGGRED")
         site.add_primitive_extensions([
@@ -114,6 +121,9 @@ def text(value, site: Site):
         return TextRef(narrative.texts, narrative.render)
     if site.element.type == "base64Binary":
         return _attachment_text(value, site)
+    if site.owner == "Reference" and site.element.name == "display" and PERSON_REFERENCE_RE.match(
+            str(site.parent.get("reference", ""))):
+        site.record_known(value, "NAME")  # "Dr. Ronny Block" on a reference to a Practitioner
     return TextRef([value], lambda replaced: replaced[0])
 
 

@@ -32,17 +32,22 @@ class Profile:
     identifier_remove_systems: frozenset[str]
     extension_allow: frozenset[str]
     modifier_extension_allow: frozenset[str]
+    _cache: dict = field(default_factory=dict, repr=False)
 
     def lookup(self, path: str, owner: str, owner_is_resource: bool, element: str, element_type: str) -> Rule | None:
         """The most specific rule for an element: full path, then owner.element, then type."""
+        cache_key = (path, owner, element)
+        if cache_key in self._cache:
+            return self._cache[cache_key]
         rules = self.rules
-        return (
+        self._cache[cache_key] = rule = (
             rules.get(path)
             or rules.get(f"{owner}.{element}")
             or (rules.get(f"Resource.{element}") if owner_is_resource else None)
             or (rules.get(f"Element.{element}") if not owner_is_resource else None)
             or rules.get(element_type)
         )
+        return rule
 
 
 def _rule(spec, where: str) -> Rule:

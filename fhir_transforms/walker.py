@@ -15,7 +15,9 @@ from fhir_transforms.errors import InputError, RecordRefused
 from fhir_transforms.methods import METHODS, REMOVE, TextRef
 from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.rules import Profile, Rule
+from fhir_transforms.known import FULL_DATE_RE
 from fhir_transforms.schema import Element, elements, is_resource_type
+from text_deid.spans import KnownIdentifier
 
 SECURITY_SYSTEM = "http://terminology.hl7.org/CodeSystem/v3-ObservationValue"
 KEY_TAG_SYSTEM = "http://deid-adapter.org/fhir/CodeSystem/key-id"
@@ -41,6 +43,7 @@ class RecordContext:
     single_patient: str | None = None
     pending: list[PendingText] = field(default_factory=list)
     generated: set[str] = field(default_factory=set)  # JSON paths of values the engine wrote itself
+    known: set = field(default_factory=set)  # KnownIdentifiers found by the rule methods
     walked: list = field(default_factory=list)  # (resource, ResourceState), stamped once text is replaced
 
 
@@ -73,6 +76,15 @@ class Site:
 
     def label(self, code: str) -> None:
         self.res.labels.add(code)
+
+    def record_known(self, value, category: str) -> None:
+        """A value the rules transform is a known identifier: it must not survive in any text."""
+        if isinstance(value, str) and len(value.strip()) >= 2:
+            if category == "DATE":
+                if not FULL_DATE_RE.match(value):
+                    return
+                value = value[:10]
+            self.ctx.known.add(KnownIdentifier(value, category))
 
     def generated(self) -> None:
         self.ctx.generated.add(self.path)

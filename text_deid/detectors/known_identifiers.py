@@ -34,32 +34,6 @@ def _name_forms(value: str) -> list[str]:
     return forms
 
 
-def _date_forms(value: str) -> list[str]:
-    m = ISO_DATE_RE.match(value)
-    if not m:
-        return []
-    y, mo, d = (int(g) for g in m.groups())
-    try:
-        date(y, mo, d)
-    except ValueError:
-        return []
-    yy = f"{y % 100:02d}"
-    year = rf"(?:{y}|'?{yy})"
-    mon = MONTHS[mo - 1]
-    sept = r"|Sept\.?" if mo == 9 else ""
-    month = rf"(?:{mon}|{mon[:3]}\.?{sept})"
-    day = rf"0?{d}(?:st|nd|rd|th)?"
-    sep = r"[/.\-]"
-    return [
-        rf"{y}{sep}0?{mo}{sep}0?{d}",
-        rf"{y}{mo:02d}{d:02d}",
-        rf"0?{mo}{sep}0?{d}{sep}{year}",  # US 3/7/2021, 03-07-21
-        rf"0?{d}{sep}0?{mo}{sep}{year}",  # day first 7/3/2021
-        rf"{month}\s+{day},?\s+(?:of\s+)?{year}",
-        rf"{day}\s+(?:of\s+)?{month},?\s+{year}",
-    ]
-
-
 def _digits_form(value: str, min_digits: int) -> list[str]:
     digits = re.sub(r"\D", "", value)
     if len(digits) == 11 and digits.startswith("1"):
@@ -70,10 +44,15 @@ def _digits_form(value: str, min_digits: int) -> list[str]:
 
 
 def _identifier_form(value: str) -> list[str]:
-    chars = re.sub(r"[^0-9A-Za-z]", "", value)
-    if len(chars) < 4:
+    """The value with or without its separators: "999-12-9623", "999129623", "999 12 9623"."""
+    groups = [g for g in re.split(r"[^0-9A-Za-z]+", value) if g]
+    if len("".join(groups)) < 4:
         return []  # identifiers of three characters or fewer are not PHI under Safe Harbor
-    return [r"[\s\-./]?".join(map(re.escape, chars))]
+    forms = [r"[\s\-./]?".join(map(re.escape, groups))]
+    if len(groups) == 1 and re.fullmatch(r"\d{9}", groups[0]):  # an SSN-shaped number written in groups
+        d = groups[0]
+        forms.append(rf"{d[:3]}[\s\-]?{d[3:5]}[\s\-]?{d[5:]}")
+    return forms
 
 
 STREET_SUFFIXES = {"st", "street", "ave", "avenue", "rd", "road", "dr", "drive", "ln", "lane", "blvd", "boulevard",
@@ -97,8 +76,6 @@ def forms(known: KnownIdentifier) -> list[str]:
         return []
     if c == "NAME":
         return _name_forms(v)
-    if c == "DATE":
-        return _date_forms(v)
     if c in ("PHONE_NUMBER", "FAX_NUMBER"):
         return _digits_form(v, 7)
     if c in ID_CATEGORIES:
@@ -112,25 +89,75 @@ def forms(known: KnownIdentifier) -> list[str]:
     return _phrase_form(v)
 
 
+MONTH_RE = "|".join(f"{m}|{m[:3]}" for m in MONTHS) + "|Sept"
+ORD = r"(?:st|nd|rd|th)?"
+DATE_SHAPE_RE = re.compile(
+    rf"{B}(?:"
+    rf"(?P<iso>\d{{4}})(?P<s1>[/.\-])(?P<iso_m>\d{{1,2}})(?P=s1)(?P<iso_d>\d{{1,2}})"
+    rf"|(?P<compact>(?:19|20)\d{{6}})"
+    rf"|(?P<a>\d{{1,2}})(?P<s2>[/.\-])(?P<b>\d{{1,2}})(?P=s2)'?(?P<y>\d{{4}}|\d{{2}})"
+    rf"|(?P<mon1>{MONTH_RE})\.?\s+(?P<d1>\d{{1,2}}){ORD},?\s+(?:of\s+)?'?(?P<y1>\d{{4}}|\d{{2}})"
+    rf"|(?P<d2>\d{{1,2}}){ORD}\s+(?:of\s+)?(?P<mon2>{MONTH_RE})\.?,?\s+'?(?P<y2>\d{{4}}|\d{{2}})"
+    rf"){E}",
+    re.IGNORECASE,
+)
+MONTH_NUMBER = {m.lower(): i + 1 for i, m in enumerate(MONTHS)} | {m[:3].lower(): i + 1 for i, m in enumerate(MONTHS)} | {"sept": 9}
+
+
+def _years(y: str) -> list[int]:
+    return [int(y)] if len(y) == 4 else [1900 + int(y), 2000 + int(y)]
+
+
+def date_readings(m: re.Match) -> set[tuple[int, int, int]]:
+    """Every (year, month, day) a written date could mean (3/7/21: March 7 or July 3, 1921 or 2021)."""
+    g = m.groupdict()
+    if g["iso"]:
+        return {(int(g["iso"]), int(g["iso_m"]), int(g["iso_d"]))}
+    if g["compact"]:
+        c = g["compact"]
+        return {(int(c[:4]), int(c[4:6]), int(c[6:]))}
+    if g["a"]:
+        a, b = int(g["a"]), int(g["b"])
+        return {(y, mm, dd) for y in _years(g["y"]) for mm, dd in ((a, b), (b, a))}
+    if g["mon1"]:
+        return {(y, MONTH_NUMBER[g["mon1"].lower()], int(g["d1"])) for y in _years(g["y1"])}
+    return {(y, MONTH_NUMBER[g["mon2"].lower()], int(g["d2"])) for y in _years(g["y2"])}
+
+
+def _known_dates(known: tuple[KnownIdentifier, ...]) -> frozenset[tuple[int, int, int]]:
+    days = set()
+    for k in known:
+        if k.category == "DATE":
+            m = ISO_DATE_RE.match(k.value.strip())
+            if m:
+                days.add(tuple(int(g) for g in m.groups()))
+    return frozenset(days)
+
+
 @lru_cache(maxsize=256)
-def compile_known(known: tuple[KnownIdentifier, ...]) -> tuple[tuple[str, re.Pattern], ...]:
-    """One case-insensitive alternation per category, longest forms first."""
+def compile_known(known: tuple[KnownIdentifier, ...]) -> tuple[tuple[tuple[str, re.Pattern], ...], frozenset]:
+    """One case-insensitive alternation per category (longest forms first), and the known days:
+    dates are matched by their shape and looked up, not spelled out in every format."""
     by_category: dict[str, set[str]] = {}
     for k in known:
-        by_category.setdefault(k.category, set()).update(forms(k))
-    compiled = []
-    for category, alternatives in sorted(by_category.items()):
-        if alternatives:
-            body = "|".join(sorted(alternatives, key=lambda a: (-len(a), a)))
-            compiled.append((category, re.compile(f"{B}(?:{body}){E}", re.IGNORECASE)))
-    return tuple(compiled)
+        if k.category != "DATE":
+            by_category.setdefault(k.category, set()).update(forms(k))
+    patterns = tuple(
+        (category, re.compile(f"{B}(?:{'|'.join(sorted(alts, key=lambda a: (-len(a), a)))}){E}", re.IGNORECASE))
+        for category, alts in sorted(by_category.items()) if alts
+    )
+    return patterns, _known_dates(known)
 
 
 def find_known(text: str, known: tuple[KnownIdentifier, ...], detector: str = "known") -> list[Span]:
     """Every occurrence of every known identifier in `text`."""
+    patterns, days = compile_known(known)
     spans = []
-    for category, pattern in compile_known(known):
+    for category, pattern in patterns:
         spans.extend(Span(m.start(), m.end(), category, detector, 1.0) for m in pattern.finditer(text) if m.end() > m.start())
+    if days:
+        spans.extend(Span(m.start(), m.end(), "DATE", detector, 1.0)
+                     for m in DATE_SHAPE_RE.finditer(text) if date_readings(m) & days)
     return spans
 
 

@@ -1,0 +1,79 @@
+"""De-identification throughput on the shared Synthea bundles, beside fhir.resources R4B parse+serialize
+and plain json load+dump of the same bundles, measured side by side in one run.
+
+Run: .venv/bin/python benchmarks/fhir_throughput.py [--repeat N]
+Prints MB/s for each and the ratios the core issue sets targets for:
+  full validation: time(de-identify) / time(R4B parse+serialize)  (target ≤ 2)
+  trusted fast path (--validate off): MB/s per core                 (target ≥ 15)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import secrets
+import time
+from pathlib import Path
+
+from fhir.resources.R4B import get_fhir_model_class
+
+from fhir_transforms.keys import Key, key_id_for
+from fhir_transforms.pseudonym import Pseudonymizer
+from fhir_transforms.record import Deidentifier
+from fhir_transforms.rules import load_profile
+from text_deid.stack import build_stack
+
+BUNDLES = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "fhir" / "synthea-bundles"
+
+
+def timed(fn, raws: list[str], repeat: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for raw in raws:
+            fn(raw)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    raws = [p.read_text() for p in sorted(BUNDLES.glob("*.json"))]
+    mb = sum(len(r.encode()) for r in raws) / 1e6
+    secret = secrets.token_bytes(32)  # a throwaway key: the benchmark writes nothing
+    key = Key(key_id_for(secret), secret)
+
+    def engine(validate: bool) -> Deidentifier:
+        return Deidentifier(load_profile("safe-harbor"), Pseudonymizer(key), build_stack("patterns"), validate=validate)
+
+    full, fast = engine(True), engine(False)
+    model = get_fhir_model_class("Bundle")
+
+    def json_roundtrip(raw):
+        json.dumps(json.loads(raw))
+
+    def r4b_roundtrip(raw):
+        model.model_validate(json.loads(raw)).model_dump_json()
+
+    def deid_full(raw):
+        json.dumps(full.deidentify(json.loads(raw)).resource)
+
+    def deid_fast(raw):
+        json.dumps(fast.deidentify(json.loads(raw)).resource)
+
+    results = {name: timed(fn, raws, args.repeat) for name, fn in
+               [("json load+dump", json_roundtrip), ("R4B parse+serialize", r4b_roundtrip),
+                ("de-identify, full validation", deid_full), ("de-identify, validation off", deid_fast)]}
+    print(f"{len(raws)} Synthea bundles, {mb:.2f} MB, best of {args.repeat}, one process")
+    for name, seconds in results.items():
+        print(f"  {name:32s} {seconds:7.3f} s  {mb / seconds:7.2f} MB/s")
+    r4b = results["R4B parse+serialize"]
+    print(f"ratio de-identify(full) / R4B parse+serialize: {results['de-identify, full validation'] / r4b:.2f}  (target <= 2)")
+    print(f"ratio de-identify(off)  / R4B parse+serialize: {results['de-identify, validation off'] / r4b:.2f}")
+    print(f"ratio json / de-identify(off) speed:          {results['de-identify, validation off'] / results['json load+dump']:.1f}x slower than plain json")
+    print(f"fast path: {mb / results['de-identify, validation off']:.2f} MB/s per core (target >= 15)")
+
+
+if __name__ == "__main__":
+    main()
