@@ -241,6 +241,13 @@ def eval_(gold: Path = typer.Argument(..., help="Gold JSONL: {id, text, spans:[{
     typer.echo(json.dumps(result, indent=2) if as_json else evaluation.format_table(result))
 
 
+# The HL7v2 edge's commands live in their own modules; registered last because they reuse this module's helpers.
+from adapter import hl7_cli, mllp_cli  # noqa: E402
+
+app.command("hl7")(hl7_cli.hl7)
+app.command("mllp")(mllp_cli.mllp)
+
+
 def main() -> None:
     app()
 
