@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from fhir_transforms.walker import Site
 
 REMOVE = object()
+REFERENCE_ELEMENTS = {"reference", "fullUrl", "url", "location"}  # values that point at a resource
 AGE_EXTENSION = "http://deid-adapter.org/fhir/StructureDefinition/age-over-89"
 DATA_ABSENT = "http://hl7.org/fhir/StructureDefinition/data-absent-reason"
 TEXT_CONTENT_TYPES = ("text/", "application/json", "application/xml", "application/fhir+json", "application/fhir+xml")
@@ -72,8 +73,11 @@ def pseudonym(value, site: Site):
         result = pseudo.resource_id(value)
     elif site.element.name == "ifNoneExist":
         result = references.rewrite_query(value, pseudo)
-    else:
+    elif site.element.name in REFERENCE_ELEMENTS:
         result = references.rewrite(value, pseudo)
+    else:  # an identifier kept as a plain string (Coverage.subscriberId, ...), namespaced by its path
+        site.record_known(value, site.options.get("category", "UNIQUE_IDENTIFIER"))
+        result = pseudo.token("value|" + site.fpath, value)
     if result is None:
         return remove(value, site)
     site.label("PSEUDED")

@@ -66,6 +66,7 @@ class Site:
     path: str  # JSON path, e.g. Bundle.entry[3].resource.birthDate
     fpath: str  # FHIR path without indices, e.g. Patient.birthDate
     pending_extensions: list = field(default_factory=list)
+    options: dict = field(default_factory=dict)  # the rule's settings beyond its method
 
     @property
     def pseudo(self) -> Pseudonymizer:
@@ -188,6 +189,7 @@ def _walk_complex(node: dict, type_name: str, fpath: str, path: str, is_resource
 
 def _apply(value, rule: Rule | None, site: Site):
     if rule is not None:
+        site.options = rule.options
         return METHODS[rule.method](value, site)
     el = site.element
     if el.type == "Resource":

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import re
-from datetime import date
 from functools import lru_cache
 from typing import Sequence
 

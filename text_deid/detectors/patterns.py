@@ -23,7 +23,6 @@ Design notes
 """
 from __future__ import annotations
 
-import time
 from typing import Iterable, Sequence
 
 import phonenumbers
