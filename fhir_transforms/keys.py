@@ -7,7 +7,7 @@ import json
 import os
 import secrets
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 KEY_FILE_ENV = "DEID_ADAPTER_KEY_FILE"
@@ -22,7 +22,7 @@ class Key:
     """A pseudonymization secret and its public id (the id may be written to outputs; the secret never)."""
 
     key_id: str
-    secret: bytes = b""
+    secret: bytes = field(default=b"", repr=False)
 
     def __repr__(self) -> str:  # keep the secret out of tracebacks and logs
         return f"Key(key_id={self.key_id!r})"
