@@ -1,8 +1,120 @@
-"""`deid-adapter mllp`: being written (issue: MLLP listener)."""
+"""`deid-adapter mllp`: receive HL7v2 over MLLP, de-identify, queue durably, ACK, forward."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+import os
+import signal
+import sys
+import threading
+import time
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from pathlib import Path
+from typing import Callable, Optional
+
 import typer
 
+from adapter import mllp
 
-def mllp() -> None:
-    """MLLP listener (not built yet)."""
-    typer.echo("deid-adapter: mllp is not built yet", err=True)
-    raise typer.Exit(2)
+_ENGINE: Optional[Callable[[str], str]] = None  # set before the worker pool forks; workers inherit it
+
+
+def _deidentify_in_worker(message: str) -> str:
+    return _ENGINE(message)
+
+
+def _worker_init(parent_pid: int) -> None:
+    """Workers ignore Ctrl-C (the parent shuts them down) and exit if the parent dies (SIGKILL)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(1.0)
+        os._exit(0)
+
+    threading.Thread(target=watch, daemon=True, name="parent-watch").start()
+
+
+def _noop(_: int) -> None:
+    return None
+
+
+def make_pool(workers: int) -> Executor:
+    """A bounded pool for the CPU-bound de-identification. Processes (forked after the engine is built, before
+    any thread starts) use every core; 0 workers runs it on one thread of this process."""
+    if workers <= 0:
+        return ThreadPoolExecutor(max_workers=1, thread_name_prefix="deid")
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"),
+                               initializer=_worker_init, initargs=(os.getpid(),))
+    list(pool.map(_noop, range(workers)))  # fork every worker now, while this process has a single thread
+    return pool
+
+
+def _hl7_engine(key_file, profile: str, stack: Optional[str]) -> Callable[[str], str]:
+    """The HL7v2 engine the `hl7` command uses, with the same key, profile and stack options."""
+    from adapter.cli import _deidentifier, fail
+    from adapter.hl7_deid import HL7Deidentifier
+    from adapter.hl7_rules import load_hl7_profile
+    from fhir_transforms.rules import ProfileError
+
+    base = _deidentifier(key_file, profile, stack, False, None)
+    try:
+        return HL7Deidentifier(load_hl7_profile(profile), base.pseudo, base.stack, base.clock).deidentify
+    except ProfileError as e:
+        fail(str(e))
+
+
+def mllp(
+    listen: str = typer.Option(..., "--listen", help="HOST:PORT to accept MLLP connections on."),
+    forward: str = typer.Option(..., "--forward", help="Downstream HOST:PORT (MLLP), or a folder (one file a message)."),
+    store: Path = typer.Option(Path("mllp-queue.sqlite"), "--store", help="SQLite store-and-forward queue."),
+    profile: str = typer.Option("safe-harbor", "--profile", help="safe-harbor (default) or longitudinal."),
+    stack: Optional[str] = typer.Option(None, "--stack", help="Text stack: patterns, no-llm, precision-first, ..."),
+    key_file: Optional[Path] = typer.Option(None, "--key-file", envvar="DEID_ADAPTER_KEY_FILE",
+                                            help="Key file (or DEID_ADAPTER_KEY_FILE).", show_envvar=True),
+    llm_url: Optional[str] = typer.Option(None, "--llm-url", envvar="DEID_ADAPTER_LLM_URL"),
+    llm_model: Optional[str] = typer.Option(None, "--llm-model", envvar="DEID_ADAPTER_LLM_MODEL"),
+    workers: int = typer.Option(os.cpu_count() or 1, "--workers", help="De-identification processes (0: a thread)."),
+    max_message_bytes: int = typer.Option(mllp.DEFAULT_MAX_FRAME, "--max-message-bytes",
+                                          help="Larger frames are answered AR and skipped."),
+    ack_timeout: float = typer.Option(30.0, "--ack-timeout", help="Seconds to wait for the downstream ACK."),
+    retry_max_delay: float = typer.Option(30.0, "--retry-max-delay", help="Cap of the retry backoff (seconds)."),
+    dedupe_hours: float = typer.Option(168.0, "--dedupe-hours",
+                                       help="How long a sender's MSH-10 is remembered to drop its resends."),
+) -> None:
+    """Receive HL7v2 over MLLP; de-identify each message, queue it durably, ACK AA, and forward it downstream.
+
+    Answers AE (cannot be de-identified as given) or AR (bad frame, no MSH, unsupported MSH-18, refused, queue
+    unavailable) with an ERR that names the problem, never a value. SIGTERM or Ctrl-C: stop accepting, finish
+    the messages in hand, flush the queue, exit 0.
+    """
+    from adapter.cli import fail
+
+    try:
+        listen_at = mllp.parse_address(listen)
+    except ValueError as e:
+        fail(f"--listen: {e}")
+    target = mllp.make_target(forward, ack_timeout)
+    global _ENGINE
+    _ENGINE = _hl7_engine(key_file, profile, stack)
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO,
+                        format="%(asctime)s deid-adapter mllp %(levelname)s %(message)s")
+    pool = make_pool(workers)
+    deidentify = _deidentify_in_worker if workers > 0 else _ENGINE
+    try:
+        asyncio.run(_run(deidentify, listen_at, target, store, pool, max_message_bytes, retry_max_delay,
+                         dedupe_hours * 3600))
+    except OSError as e:
+        fail(f"cannot listen on {listen} or open {store}: {e.strerror or e}")
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+async def _run(deidentify, listen_at, target, store, pool, max_frame, backoff_cap, dedupe_window_s) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await mllp.serve(deidentify, listen_at, target, store, executor=pool, stop=stop, max_frame=max_frame,
+                     backoff_cap=backoff_cap, dedupe_window_s=dedupe_window_s)

@@ -22,7 +22,7 @@ from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.rules import Profile
 from fhir_transforms.walker import RecordContext, stamp_all, walk_resource
 from text_deid import leak_guard, replace
-from text_deid.spans import DetectorError
+from text_deid.spans import DetectorError, Span
 from text_deid.stack import TextStack
 
 TAG_RE = re.compile(r"<[^>]+>")
@@ -30,11 +30,26 @@ ATTRIBUTE_RE = re.compile(r'=\s*"([^"]*)"')
 SKIP_KEYS = {"resourceType", "system", "url"}  # structure, not content: codes of terminologies and extension urls
 
 
+@dataclass(frozen=True)
+class Finding:
+    """Where the text stack found PHI: the JSON path of the text, and the span (offsets, category, detector)."""
+
+    path: str
+    span: Span
+
+
 @dataclass
 class RecordResult:
     resource: dict
-    spans_by_category: dict[str, int] = field(default_factory=dict)
+    findings: list[Finding] = field(default_factory=list)
     texts: int = 0
+
+    @property
+    def spans_by_category(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for f in self.findings:
+            counts[f.span.category] = counts.get(f.span.category, 0) + 1
+        return counts
 
 
 @dataclass
@@ -68,14 +83,13 @@ class Deidentifier:
             spans = self.stack.detect_many(texts, known)
         except DetectorError as e:
             raise RecordRefused(f"{path}: text detector failed: {e}") from None
-        counts: dict[str, int] = {}
+        findings: list[Finding] = []
         i = 0
         for pending in ctx.pending:
             n = len(pending.ref.texts)
             replaced = []
             for text, found in zip(pending.ref.texts, spans[i:i + n]):
-                for s in found:
-                    counts[s.category] = counts.get(s.category, 0) + 1
+                findings.extend(Finding(pending.path, s) for s in found)
                 if found:
                     pending.labels.add("MASKED")
                 replaced.append(replace.apply(text, found))
@@ -92,7 +106,7 @@ class Deidentifier:
                 validate(doc, path)
             except InputError as e:
                 raise RecordRefused(f"output failed validation (a bug; nothing written): {e}") from None
-        return RecordResult(doc, counts, len(texts))
+        return RecordResult(doc, findings, len(texts))
 
 
 def validate(resource: dict, path: str) -> None:

@@ -1,0 +1,264 @@
+"""ER7 (pipe-and-hat) HL7v2 text without loss: segments, fields, repetitions, components, escapes.
+
+Our own tokenizer does the rewriting (python-hl7 strips whitespace at the end of a message and does not
+escape what it assigns; hl7apy drops segments it does not expect), and python-hl7 re-reads every output
+(`check_output`) as an independent parser: same segment ids, in the same order.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import hl7
+
+from fhir_transforms.errors import InputError
+
+SEGMENT_ID_RE = re.compile(r"^[A-Z][A-Z0-9]{2}$")
+HEADERS = ("MSH", "BHS", "FHS")  # segments that carry their own delimiters in fields 1 and 2
+ENVELOPE = ("FHS", "BHS", "BTS", "FTS")
+HEX_RE = re.compile(r"^[0-9A-Fa-f]+$")
+CHARSETS = {"": "utf-8", "ASCII": "ascii", "UNICODE UTF-8": "utf-8", "UTF-8": "utf-8", "8859/1": "latin-1",
+            "8859/15": "iso8859-15", "WINDOWS-1252": "cp1252", "CP1252": "cp1252"}
+
+
+@dataclass(frozen=True)
+class Delimiters:
+    """MSH-1 and MSH-2: field, component, repetition, escape and subcomponent separators."""
+
+    field: str = "|"
+    component: str = "^"
+    repetition: str = "~"
+    escape: str = "\\"
+    subcomponent: str = "&"
+
+    @classmethod
+    def from_header(cls, segment: str) -> Delimiters:
+        if len(segment) < 8 or not SEGMENT_ID_RE.match(segment[:3]):
+            raise InputError("header segment too short to hold its delimiters (MSH-1, MSH-2)")
+        fs = segment[3]
+        enc = segment[4:].split(fs, 1)[0]
+        if len(enc) < 3 or fs.isalnum() or any(c.isalnum() for c in enc) or len(set(fs + enc[:4])) != len(fs + enc[:4]):
+            raise InputError(f"{segment[:3]}-2: encoding characters missing or invalid")
+        comp, rep, esc = enc[0], enc[1], enc[2]
+        sub = enc[3] if len(enc) > 3 else "&"
+        return cls(fs, comp, rep, esc, sub)
+
+    @property
+    def separators(self) -> str:
+        return self.field + self.component + self.repetition + self.subcomponent
+
+
+def decode(raw: str, d: Delimiters) -> tuple[str, list[tuple[int, int, str]]]:
+    """Unescape a leaf value: the text, and (start, end, raw) for each escape sequence in text offsets.
+
+    `\\.br\\` becomes a line break; `\\Xhh\\` its bytes (UTF-8, else Latin-1); formatting commands (`\\H\\`,
+    `\\.sp\\`, ...) and unknown sequences become nothing, and are written back as they were.
+    """
+    esc = d.escape
+    if esc not in raw:
+        return raw, []
+    out, escapes, i = [], [], 0
+    pos = 0  # length of the text so far
+    while i < len(raw):
+        j = raw.find(esc, i)
+        k = raw.find(esc, j + 1) if j >= 0 else -1
+        if j < 0 or k < 0:
+            out.append(raw[i:])
+            break
+        out.append(raw[i:j])
+        pos += j - i
+        seq = raw[j + 1:k]
+        text = _unescape_one(seq, d)
+        escapes.append((pos, pos + len(text), raw[j:k + 1]))
+        out.append(text)
+        pos += len(text)
+        i = k + 1
+    return "".join(out), escapes
+
+
+def _unescape_one(seq: str, d: Delimiters) -> str:
+    simple = {"F": d.field, "S": d.component, "T": d.subcomponent, "R": d.repetition, "E": d.escape}
+    if seq in simple:
+        return simple[seq]
+    if seq in (".br", ".sp"):
+        return "\n"
+    if seq[:1] == "X" and len(seq) > 1 and len(seq) % 2 == 1 and HEX_RE.match(seq[1:]):
+        data = bytes.fromhex(seq[1:])
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            return data.decode("latin-1")
+    return ""
+
+
+def escape(text: str, d: Delimiters) -> str:
+    """Escape a new value for writing: delimiters as \\F\\ \\S\\ \\T\\ \\R\\ \\E\\, line breaks as \\.br\\."""
+    e = d.escape
+    table = {d.escape: f"{e}E{e}", d.field: f"{e}F{e}", d.component: f"{e}S{e}", d.subcomponent: f"{e}T{e}",
+             d.repetition: f"{e}R{e}", "\r": f"{e}X0D{e}", "\n": f"{e}.br{e}"}
+    if not any(c in table for c in text):
+        return text
+    return "".join(table.get(c, c) for c in text)
+
+
+def rewrite(raw: str, d: Delimiters, spans: list[tuple[int, int, str]]) -> str:
+    """Replace disjoint (start, end, replacement) ranges of the decoded text; every other character and
+    escape sequence is written back exactly as it was."""
+    if not spans:
+        return raw
+    text, escapes = decode(raw, d)
+    units: list[tuple[int, int, str]] = []  # (start, end, raw) in decoded offsets
+    pos = 0
+    for start, end, seq in escapes:
+        units.extend((i, i + 1, text[i]) for i in range(pos, start))
+        units.append((start, end, seq))
+        pos = end
+    units.extend((i, i + 1, text[i]) for i in range(pos, len(text)))
+    spans = sorted(spans)
+    out, si = [], 0
+    for start, end, piece in units:
+        while si < len(spans) and spans[si][0] <= start:
+            out.append(escape(spans[si][2], d))
+            si += 1
+        a, b = (spans[si - 1][0], spans[si - 1][1]) if si else (0, 0)
+        covered = (start < b and a < end) if start < end else (a < start < b)
+        if not covered:
+            out.append(piece)
+    out.extend(escape(s[2], d) for s in spans[si:])
+    return "".join(out)
+
+
+Field = list  # repetitions → components → subcomponents (lists of raw strings)
+
+
+@dataclass
+class Segment:
+    """One segment as raw field strings; `field(n)` follows HL7 numbering (MSH-1 is the field separator)."""
+
+    sid: str
+    parts: list[str]  # parts[0] is the segment id; for MSH/BHS/FHS parts[1] is MSH-2
+
+    def index(self, n: int) -> int:
+        return n - 1 if self.sid in HEADERS else n
+
+    def numbers(self) -> range:
+        """Field numbers present, excluding the delimiter fields of header segments."""
+        return range(3, len(self.parts) + 1) if self.sid in HEADERS else range(1, len(self.parts))
+
+    def get(self, n: int) -> str:
+        i = self.index(n)
+        return self.parts[i] if 0 < i < len(self.parts) else ""
+
+    def set(self, n: int, raw: str) -> None:
+        self.parts[self.index(n)] = raw
+
+
+def split_field(raw: str, d: Delimiters) -> Field:
+    return [[c.split(d.subcomponent) for c in r.split(d.component)] for r in raw.split(d.repetition)]
+
+
+def join_field(f: Field, d: Delimiters) -> str:
+    return d.repetition.join(d.component.join(d.subcomponent.join(c) for c in r) for r in f)
+
+
+@dataclass
+class Message:
+    """One message (MSH first) or one envelope segment (FHS/BHS/BTS/FTS) with the delimiters it uses."""
+
+    segments: list[Segment]
+    delimiters: Delimiters
+    envelope: bool = False
+
+    def ids(self) -> list[str]:
+        return [s.sid for s in self.segments]
+
+    def first(self, sid: str) -> Segment | None:
+        return next((s for s in self.segments if s.sid == sid), None)
+
+    def to_er7(self) -> str:
+        fs = self.delimiters.field
+        return "".join(fs.join(s.parts) + "\r" for s in self.segments)
+
+
+def decode_bytes(data: bytes) -> str:
+    """Bytes of a file or frame to text: a BOM is dropped; UTF-8, else the charset named in MSH-18."""
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        pass
+    m = re.search(rb"MSH(.)", data)
+    charset = ""
+    if m:
+        msh = data[m.start():].split(b"\r", 1)[0].split(b"\n", 1)[0].split(m.group(1))
+        charset = msh[17].split(b"^")[0].decode("ascii", "replace").strip().upper() if len(msh) > 17 else ""
+    codec = CHARSETS.get(charset)
+    if not codec or codec in ("utf-8", "ascii"):
+        raise InputError("not UTF-8 text and MSH-18 names no charset we can read")
+    return data.decode(codec)
+
+
+def split_segments(text: str) -> list[str]:
+    """Segments of a text: \\r, \\n or \\r\\n separated, a BOM dropped, blank lines skipped."""
+    return [s for s in re.split(r"\r\n|\r|\n", text.lstrip("\ufeff")) if s.strip()]
+
+
+def parse_segment(line: str, d: Delimiters, where: str) -> Segment:
+    sid = line[:3]
+    if not SEGMENT_ID_RE.match(sid) or (len(line) > 3 and line[3] != d.field):
+        raise InputError(f"{where}: not an HL7v2 segment (expected a three-character segment id)")
+    return Segment(sid, line.split(d.field))
+
+
+def parse_text(text: str) -> list[Message]:
+    """Every message and envelope segment of a file, in order. InputError for anything that is not ER7."""
+    lines = split_segments(text)
+    if not lines:
+        raise InputError("no HL7v2 segments")
+    items: list[Message] = []
+    current: Message | None = None
+    for n, line in enumerate(lines, 1):
+        sid = line[:3]
+        if sid in HEADERS:
+            d = Delimiters.from_header(line)
+            seg = parse_segment(line, d, f"segment {n}")
+            if sid == "MSH":
+                current = Message([seg], d)
+                items.append(current)
+            else:
+                current = None
+                items.append(Message([seg], d, envelope=True))
+            continue
+        if sid in ENVELOPE:
+            d = current.delimiters if current else (items[-1].delimiters if items else Delimiters())
+            items.append(Message([parse_segment(line, d, f"segment {n}")], d, envelope=True))
+            current = None
+            continue
+        if current is None:
+            raise InputError(f"segment {n} ({sid if SEGMENT_ID_RE.match(sid) else '?'}) is outside a message: "
+                             "every message must start with MSH")
+        current.segments.append(parse_segment(line, current.delimiters, f"segment {n}"))
+    if not any(not m.envelope for m in items):
+        raise InputError("no MSH segment: not an HL7v2 message")
+    return items
+
+
+def parse_message(text: str) -> Message:
+    """Exactly one message (no envelope)."""
+    items = parse_text(text)
+    if len(items) != 1 or items[0].envelope:
+        raise InputError(f"expected one HL7v2 message, found {sum(not m.envelope for m in items)} "
+                         f"and {sum(m.envelope for m in items)} envelope segment(s)")
+    return items[0]
+
+
+def check_output(before: list[str], er7: str) -> None:
+    """python-hl7 re-reads the output: it must parse and keep the segment ids in count and order."""
+    try:
+        parsed = hl7.parse(er7)
+    except Exception as e:  # its messages may quote the text: keep only the type
+        raise RuntimeError(f"output does not parse with python-hl7 ({type(e).__name__})") from None
+    after = [str(s[0]) for s in parsed]
+    if after != before:
+        raise RuntimeError("output segment sequence differs from the input's")

@@ -1,0 +1,213 @@
+"""The MLLP store-and-forward queue: SQLite in WAL mode, one connection on one thread.
+
+Durability: a message is ACKed to its sender only after the transaction that queued it has committed with
+`synchronous=FULL`, which in WAL mode fsyncs the log on every commit, so an ACKed message survives a process
+kill and a power cut. Delivery marks commit with `synchronous=NORMAL` (no fsync until the next FULL commit or
+checkpoint): a power cut may lose a mark, which only makes the forwarder send that message again, and the
+receiver drops the resend by its MSH-10. Losing a mark is safe; losing a queued message is not.
+Enqueues are group-committed: every message that arrives while one commit runs is queued by the next one.
+"""
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS queue (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,   -- never reused: folder targets name files by it
+    control_id TEXT NOT NULL,               -- MSH-10 of the de-identified copy (downstream ACKs it in MSA-2)
+    charset TEXT NOT NULL,                  -- Python codec of body
+    body BLOB NOT NULL,                     -- the de-identified message, encoded, as it is sent downstream
+    enqueued_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS received (       -- de-duplication of sender resends: (MSH-3^MSH-4, MSH-10)
+    sender TEXT NOT NULL,
+    control_id TEXT NOT NULL,
+    received_at REAL NOT NULL,
+    PRIMARY KEY (sender, control_id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS received_at ON received (received_at);
+CREATE TABLE IF NOT EXISTS parked (         -- downstream answered AE/CE: kept for an operator, not resent
+    id INTEGER PRIMARY KEY,
+    control_id TEXT NOT NULL,
+    charset TEXT NOT NULL,
+    body BLOB NOT NULL,
+    enqueued_at REAL NOT NULL,
+    parked_at REAL NOT NULL,
+    ack_code TEXT NOT NULL
+);
+"""
+
+
+@dataclass(frozen=True)
+class Incoming:
+    """A de-identified message ready to queue. `sender`/`sender_control_id` identify the original for de-dup."""
+
+    sender: str
+    sender_control_id: str
+    control_id: str
+    charset: str
+    body: bytes
+
+
+@dataclass(frozen=True)
+class Queued:
+    """A queued message, in delivery order (`id` ascending)."""
+
+    id: int
+    control_id: str
+    charset: str
+    body: bytes
+
+
+class Store:
+    """The queue itself. Not thread-safe: use it from one thread (AsyncStore does)."""
+
+    def __init__(self, path: Path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=FULL")
+        self.db.executescript(SCHEMA)
+
+    def _transaction(self, synchronous: str):
+        self.db.execute(f"PRAGMA synchronous={synchronous}")
+        return _Transaction(self.db)
+
+    def enqueue_many(self, items: list[Incoming]) -> list[bool]:
+        """Queue each item unless its (sender, control id) was seen within the window; True when queued."""
+        now = time.time()
+        added = []
+        with self._transaction("FULL"):
+            for it in items:
+                if it.sender_control_id:
+                    cur = self.db.execute("INSERT OR IGNORE INTO received VALUES (?, ?, ?)",
+                                          (it.sender, it.sender_control_id, now))
+                    if cur.rowcount == 0:
+                        added.append(False)
+                        continue
+                self.db.execute("INSERT INTO queue (control_id, charset, body, enqueued_at) VALUES (?, ?, ?, ?)",
+                                (it.control_id, it.charset, it.body, now))
+                added.append(True)
+        return added
+
+    def seen(self, sender: str, control_id: str) -> bool:
+        """Whether this (sender, MSH-10) was queued within the de-dup window."""
+        return bool(control_id) and self.db.execute(
+            "SELECT 1 FROM received WHERE sender = ? AND control_id = ?", (sender, control_id)).fetchone() is not None
+
+    def pending(self, limit: int = 256) -> list[Queued]:
+        """The oldest queued messages, in delivery order."""
+        rows = self.db.execute("SELECT id, control_id, charset, body FROM queue ORDER BY id LIMIT ?",
+                               (limit,)).fetchall()
+        return [Queued(*r) for r in rows]
+
+    def mark_delivered(self, ids: list[int]) -> None:
+        """Drop delivered messages (NORMAL sync: a lost mark means a resend, never a loss)."""
+        with self._transaction("NORMAL"):
+            self.db.executemany("DELETE FROM queue WHERE id = ?", [(i,) for i in ids])
+
+    def park(self, item: Queued, ack_code: str) -> None:
+        """Move a message downstream refused (AE/CE) to `parked`, so it stops blocking the queue."""
+        with self._transaction("FULL"):
+            self.db.execute("INSERT OR REPLACE INTO parked SELECT id, control_id, charset, body, enqueued_at, ?, ? "
+                            "FROM queue WHERE id = ?", (time.time(), ack_code, item.id))
+            self.db.execute("DELETE FROM queue WHERE id = ?", (item.id,))
+
+    def prune_received(self, older_than_s: float) -> int:
+        """Forget sender control ids older than the de-dup window; returns how many."""
+        with self._transaction("NORMAL"):
+            return self.db.execute("DELETE FROM received WHERE received_at < ?",
+                                   (time.time() - older_than_s,)).rowcount
+
+    def counts(self) -> dict[str, int]:
+        """Queued and parked message counts (for logs)."""
+        q = self.db.execute("SELECT count(*) FROM queue").fetchone()[0]
+        p = self.db.execute("SELECT count(*) FROM parked").fetchone()[0]
+        return {"queued": q, "parked": p}
+
+    def close(self) -> None:
+        """Checkpoint the WAL into the database file and close."""
+        self.db.execute("PRAGMA synchronous=FULL")
+        self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        self.db.close()
+
+
+class _Transaction:
+    def __init__(self, db: sqlite3.Connection):
+        self.db = db
+
+    def __enter__(self):
+        self.db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type, exc, tb):
+        self.db.execute("COMMIT" if exc_type is None else "ROLLBACK")
+
+
+class AsyncStore:
+    """Store on its own thread, for the event loop. Concurrent enqueues share one commit (group commit)."""
+
+    MAX_BATCH = 512
+
+    def __init__(self, path: Path):
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mllp-store")
+        self.store = self._thread.submit(Store, path).result()
+        self._waiting: list[tuple[Incoming, asyncio.Future]] = []
+        self._committing: asyncio.Task | None = None
+        self.new_message = asyncio.Event()
+
+    async def _call(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
+
+    async def enqueue(self, item: Incoming) -> bool:
+        """Queue one message durably; returns once committed (False: a resend of a queued message)."""
+        fut = asyncio.get_running_loop().create_future()
+        self._waiting.append((item, fut))
+        if self._committing is None or self._committing.done():
+            self._committing = asyncio.create_task(self._commit_waiting())
+        return await fut
+
+    async def _commit_waiting(self) -> None:
+        while self._waiting:
+            batch, self._waiting = self._waiting[:self.MAX_BATCH], self._waiting[self.MAX_BATCH:]
+            try:
+                added = await self._call(self.store.enqueue_many, [it for it, _ in batch])
+            except Exception as e:  # noqa: BLE001 - every waiter must hear of it; none may be ACKed
+                for _, fut in batch:
+                    if not fut.done():
+                        fut.set_exception(e)
+                continue
+            for (_, fut), ok in zip(batch, added):
+                if not fut.done():
+                    fut.set_result(ok)
+            if any(added):
+                self.new_message.set()
+
+    async def seen(self, sender: str, control_id: str) -> bool:
+        return await self._call(self.store.seen, sender, control_id)
+
+    async def pending(self, limit: int = 256) -> list[Queued]:
+        return await self._call(self.store.pending, limit)
+
+    async def mark_delivered(self, ids: list[int]) -> None:
+        await self._call(self.store.mark_delivered, ids)
+
+    async def park(self, item: Queued, ack_code: str) -> None:
+        await self._call(self.store.park, item, ack_code)
+
+    async def prune_received(self, older_than_s: float) -> int:
+        return await self._call(self.store.prune_received, older_than_s)
+
+    async def counts(self) -> dict[str, int]:
+        return await self._call(self.store.counts)
+
+    async def close(self) -> None:
+        """Wait for pending commits, checkpoint, close, stop the thread."""
+        if self._committing is not None:
+            await self._committing
+        await self._call(self.store.close)
+        self._thread.shutdown(wait=True)

@@ -1,0 +1,341 @@
+"""The MLLP listener and forwarder in process, over real sockets on 127.0.0.1, with a stand-in de-identifier.
+
+Also home of the test peers (MllpSender, IdempotentReceiver) that test_mllp_recovery uses.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from pathlib import Path
+
+import pytest
+
+from adapter import mllp
+from adapter.mllp import FrameDecoder, build_ack, frame, parse_header, read_ack
+from fhir_transforms.errors import InputError, RecordRefused
+
+HOST = "127.0.0.1"
+
+
+def adt(control_id: str, name: str = "DOE^JOHN", charset: str = "", version: str = "2.5.1", extra: str = "") -> str:
+    return (f"MSH|^~\\&|ADMIT|NORTH|EHR|SOUTH|20240101120000||ADT^A01^ADT_A01|{control_id}|P|{version}||||||{charset}\r"
+            f"EVN|A01|20240101120000\r"
+            f"PID|1||{abs(hash(control_id)) % 10**8}^^^NORTH^MR||{name}||19700101|M|||1 MAIN ST^^BOSTON^MA^02101\r"
+            f"PV1|1|I|W1^101^A{extra}\r")
+
+
+def fake_deidentify(text: str) -> str:
+    """Stand-in engine: fails like the real one on markers, otherwise masks the test names."""
+    if "BADINPUT" in text:
+        raise InputError("PID-5: component not parseable")
+    if "REFUSEME" in text:
+        raise RecordRefused("leak guard: NAME survived in OBX-5")
+    return text.replace("DOE^JOHN", "XXXX^XXXX").replace("MÜLLER", "XXXXXX")
+
+
+class IdempotentReceiver:
+    """A downstream MLLP peer that honours MSH-10 idempotency: it ACKs every frame and keeps the first copy."""
+
+    def __init__(self, codes: dict[str, list[str]] | None = None):
+        self.raw: list[str] = []          # every control id received, resends included
+        self.messages: dict[str, bytes] = {}
+        self.order: list[str] = []        # first arrivals
+        self.codes = codes or {}          # control id -> ACK codes to answer in turn (then AA)
+        self.port = 0
+        self._server = None
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    async def start(self) -> "IdempotentReceiver":
+        self._server = await asyncio.start_server(self._serve, HOST, self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def stop(self) -> None:
+        self._server.close()
+        for w in list(self._writers):
+            w.transport.abort()
+        await self._server.wait_closed()
+
+    async def _serve(self, reader, writer) -> None:
+        self._writers.add(writer)
+        decoder = FrameDecoder()
+        try:
+            while data := await reader.read(65536):
+                for payload in decoder.feed(data):
+                    header = parse_header(payload.decode("latin-1"))
+                    cid = header.control_id
+                    self.raw.append(cid)
+                    pending = self.codes.get(cid) or []
+                    code = pending.pop(0) if pending else "AA"
+                    if code == "AA" and cid not in self.messages:
+                        self.messages[cid] = payload
+                        self.order.append(cid)
+                    writer.write(frame(build_ack(header, code).encode("latin-1")))
+                    await writer.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            self._writers.discard(writer)
+            writer.close()
+
+
+class MllpSender:
+    """A sending engine: one persistent connection, one message at a time, waits for the ACK; after a timeout
+    or a lost connection it reconnects and resends the message that has no ACK yet."""
+
+    def __init__(self, port: int, ack_timeout: float = 10.0, deadline: float = 60.0):
+        self.port, self.ack_timeout = port, ack_timeout
+        self.deadline = time.monotonic() + deadline
+        self.acks: dict[str, list[str]] = {}   # sender's control id -> ACK codes received
+        self.resends = 0
+        self._conn = None
+        self._decoder = FrameDecoder()
+        self._answers: list = []
+
+    async def _connect(self):
+        while True:
+            try:
+                self._conn = await asyncio.open_connection(HOST, self.port)
+                self._decoder = FrameDecoder()
+                self._answers = []
+                return
+            except OSError:
+                if time.monotonic() > self.deadline:
+                    raise
+                await asyncio.sleep(0.05)
+
+    async def exchange(self, payload: bytes) -> bytes:
+        """Send bytes (one frame, or nothing to collect a further answer) and return the next answer."""
+        if self._conn is None:
+            await self._connect()
+        reader, writer = self._conn
+        writer.write(payload)
+        await writer.drain()
+        while not self._answers:
+            data = await asyncio.wait_for(reader.read(65536), self.ack_timeout)
+            if not data:
+                raise ConnectionError("closed")
+            self._answers += self._decoder.feed(data)
+        return self._answers.pop(0)
+
+    async def send(self, message: str, encoding: str = "utf-8") -> str:
+        """Deliver one message, resending as needed; returns the MSA-1 code."""
+        cid = parse_header(message).control_id
+        while True:
+            if time.monotonic() > self.deadline:
+                raise TimeoutError(f"{cid}: no ACK before the deadline")
+            try:
+                answer = await self.exchange(frame(message.encode(encoding)))
+            except (OSError, ConnectionError, asyncio.TimeoutError):
+                self.resends += 1
+                await self.close()
+                continue
+            code, acked = read_ack(answer)
+            assert acked == cid, (acked, cid)
+            self.acks.setdefault(cid, []).append(code)
+            return code
+
+    async def close(self) -> None:
+        if self._conn:
+            self._conn[1].transport.abort()
+        self._conn = None
+
+
+@contextlib.asynccontextmanager
+async def running_service(store: Path, target, deidentify=fake_deidentify, **kw):
+    stop = asyncio.Event()
+    ready = asyncio.get_running_loop().create_future()
+    task = asyncio.create_task(mllp.serve(deidentify, (HOST, 0), target, store, stop=stop, backoff_cap=0.2,
+                                          on_ready=ready.set_result, **kw))
+    done, _ = await asyncio.wait({task, ready}, timeout=10, return_when=asyncio.FIRST_COMPLETED)
+    if task in done:
+        task.result()
+    try:
+        yield ready.result()[1]
+    finally:
+        stop.set()
+        stats = await asyncio.wait_for(task, 30)
+        print("service", stats.line())
+
+
+async def wait_for(cond, timeout: float = 10.0) -> None:
+    end = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < end, "condition not met in time"
+        await asyncio.sleep(0.02)
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 60))
+
+
+def test_messages_are_acked_queued_and_forwarded_in_order(tmp_path):
+    async def scenario():
+        receiver = await IdempotentReceiver().start()
+        async with running_service(tmp_path / "q.sqlite", mllp.MllpTarget(HOST, receiver.port)) as port:
+            senders = [MllpSender(port) for _ in range(3)]
+
+            async def send(i, s):
+                return [await s.send(adt(f"S{i}-{n:03d}")) for n in range(40)]
+
+            codes = await asyncio.gather(*(send(i, s) for i, s in enumerate(senders)))
+            await wait_for(lambda: len(receiver.order) == 120)
+            for s in senders:
+                await s.close()
+        await receiver.stop()
+        return codes, receiver
+
+    codes, receiver = run(scenario())
+    assert all(c == "AA" for cs in codes for c in cs)
+    for i in range(3):
+        assert [c for c in receiver.order if c.startswith(f"S{i}-")] == [f"S{i}-{n:03d}" for n in range(40)]
+    assert len(receiver.raw) == 120
+    body = receiver.messages["S0-000"].decode()
+    assert "DOE" not in body and "XXXX^XXXX" in body and "|S0-000|" in body
+
+
+def test_bad_frames_and_bad_messages_are_naked_and_the_connection_keeps_working(tmp_path):
+    async def scenario():
+        receiver = await IdempotentReceiver().start()
+        async with running_service(tmp_path / "q.sqlite", mllp.MllpTarget(HOST, receiver.port),
+                                   max_frame=20_000) as port:
+            s = MllpSender(port)
+            answers = []
+            for payload, n_answers in [
+                (b"MSH|no start block DOE^JOHN\x1c\r", 1),                       # frame without VT
+                (frame(adt("OK-1").encode()), 1),
+                (frame(b"hello DOE^JOHN, not HL7"), 1),                           # no MSH
+                (frame(adt("BAD-1", "BADINPUT^DOE").encode()), 1),               # engine: InputError
+                (frame(adt("REF-1", "REFUSEME^DOE").encode()), 1),               # engine: RecordRefused
+                (frame(adt("CS-1", charset="EBCDIC").encode()), 1),               # unknown MSH-18
+                (frame(adt("BIG-1", extra="X" * 30_000).encode()), 1),            # over max_frame
+                (b"\x0b" + adt("CUT-1").encode()[:40] + frame(adt("OK-2").encode()), 2),  # cut frame, then good
+            ]:
+                answers.append(await s.exchange(payload))
+                for _ in range(n_answers - 1):
+                    answers.append(await s.exchange(b""))
+            await wait_for(lambda: len(receiver.order) == 2)
+            await s.close()
+        await receiver.stop()
+        return answers, receiver
+
+    answers, receiver = run(scenario())
+    acks = [read_ack(a) for a in answers]
+    assert acks == [("AR", ""), ("AA", "OK-1"), ("AR", ""), ("AE", "BAD-1"), ("AR", "REF-1"), ("AR", "CS-1"),
+                    ("AR", ""), ("AR", ""), ("AA", "OK-2")]
+    for a in answers:
+        assert b"DOE" not in a and b"JOHN" not in a
+        if b"MSA|AA" not in a:
+            assert b"\rERR|" in a
+    assert receiver.order == ["OK-1", "OK-2"]
+
+
+def test_resend_of_an_acked_message_is_acked_again_and_not_forwarded_twice(tmp_path):
+    async def scenario():
+        receiver = await IdempotentReceiver().start()
+        async with running_service(tmp_path / "q.sqlite", mllp.MllpTarget(HOST, receiver.port)) as port:
+            s = MllpSender(port)
+            first = await s.send(adt("DUP-1"))
+            await s.close()
+            again = await s.send(adt("DUP-1"))   # the sender lost our ACK and resends on a new connection
+            await s.send(adt("DUP-2"))
+            await wait_for(lambda: len(receiver.order) == 2)
+            await asyncio.sleep(0.2)
+            await s.close()
+        await receiver.stop()
+        return first, again, receiver
+
+    first, again, receiver = run(scenario())
+    assert (first, again) == ("AA", "AA")
+    assert receiver.raw == ["DUP-1", "DUP-2"]
+
+
+def test_non_ascii_and_large_messages_keep_their_charset(tmp_path):
+    note = "OBX|1|TX|NOTE||" + "lorem ipsum " * 600_000 + "\r"  # about 7 MB
+    messages = [(adt("U-1", "MÜLLER^JOSÉ", charset="UNICODE UTF-8"), "utf-8"),
+                (adt("L-1", "MÜLLER^JOSÉ", charset="8859/1"), "latin-1"),
+                (adt("N-1", "MÜLLER^JOSÉ"), "utf-8"),
+                (adt("B-1") + note, "utf-8")]
+
+    async def scenario():
+        receiver = await IdempotentReceiver().start()
+        async with running_service(tmp_path / "q.sqlite", mllp.MllpTarget(HOST, receiver.port)) as port:
+            s = MllpSender(port)
+            codes = [await s.send(m, enc) for m, enc in messages]
+            await wait_for(lambda: len(receiver.order) == 4)
+            await s.close()
+        await receiver.stop()
+        return codes, receiver
+
+    codes, receiver = run(scenario())
+    assert codes == ["AA"] * 4
+    for message, enc in messages:
+        cid = parse_header(message).control_id
+        assert receiver.messages[cid] == fake_deidentify(message).encode(enc)
+
+
+def test_downstream_ae_parks_and_ar_is_retried(tmp_path):
+    async def scenario():
+        receiver = await IdempotentReceiver({"P-1": ["AE"], "R-1": ["AR", "AR"]}).start()
+        async with running_service(tmp_path / "q.sqlite", mllp.MllpTarget(HOST, receiver.port)) as port:
+            s = MllpSender(port)
+            for cid in ("P-1", "R-1", "OK-1"):
+                await s.send(adt(cid))
+            await wait_for(lambda: len(receiver.order) == 2)
+            await s.close()
+        await receiver.stop()
+        return receiver
+
+    receiver = run(scenario())
+    assert receiver.order == ["R-1", "OK-1"]
+    assert receiver.raw == ["P-1", "R-1", "R-1", "R-1", "OK-1"]
+    import sqlite3
+    db = sqlite3.connect(tmp_path / "q.sqlite")
+    assert db.execute("SELECT control_id, ack_code FROM parked").fetchall() == [("P-1", "AE")]
+
+
+def test_folder_target_writes_each_message_once_atomically(tmp_path):
+    out = tmp_path / "out"
+
+    async def scenario():
+        async with running_service(tmp_path / "q.sqlite", mllp.make_target(str(out))) as port:
+            s = MllpSender(port)
+            for n in range(10):
+                await s.send(adt(f"F-{n}"))
+            await wait_for(lambda: len(list(out.glob("*.hl7"))) == 10)
+            await s.close()
+
+    run(scenario())
+    files = sorted(out.glob("*.hl7"))
+    assert [parse_header(f.read_text()).control_id for f in files] == [f"F-{n}" for n in range(10)]
+    assert not list(out.glob(".*.tmp"))
+
+
+def test_downstream_down_at_start_then_up(tmp_path):
+    async def scenario():
+        receiver = IdempotentReceiver()
+        await receiver.start()
+        port_down = receiver.port
+        await receiver.stop()
+        async with running_service(tmp_path / "q.sqlite", mllp.MllpTarget(HOST, port_down)) as port:
+            s = MllpSender(port)
+            for n in range(5):
+                assert await s.send(adt(f"D-{n}")) == "AA"   # ACKed while downstream is down: queued
+            await asyncio.sleep(0.5)
+            receiver.port = port_down
+            await receiver.start()
+            await wait_for(lambda: len(receiver.order) == 5)
+            await s.close()
+        await receiver.stop()
+        return receiver
+
+    receiver = run(scenario())
+    assert receiver.order == [f"D-{n}" for n in range(5)]
+
+
+@pytest.mark.parametrize("text, ok", [("127.0.0.1:2575", True), ("[::1]:2575", True), ("out/dir", False),
+                                      ("/var/spool/hl7", False)])
+def test_forward_target_kind(tmp_path, text, ok):
+    target = mllp.make_target(text if ok else str(tmp_path / text))
+    assert isinstance(target, mllp.MllpTarget if ok else mllp.FolderTarget)

@@ -1,0 +1,63 @@
+"""The SQLite store-and-forward queue: order, de-duplication of resends, durability across reopen."""
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+
+from adapter.mllp_store import AsyncStore, Incoming, Store
+
+
+def item(n: int, sender: str = "LAB|NORTH") -> Incoming:
+    return Incoming(sender, f"C{n}", f"C{n}", "utf-8", f"MSH|^~\\&|{n}\r".encode())
+
+
+def test_order_dedupe_and_reopen(tmp_path):
+    path = tmp_path / "q.sqlite"
+    store = Store(path)
+    assert store.enqueue_many([item(1), item(2), item(1), item(1, "OTHER|X")]) == [True, True, False, True]
+    assert store.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    store.mark_delivered([store.pending()[0].id])
+    store.close()
+    store = Store(path)  # a restart keeps the queue and the de-dup memory
+    assert [q.control_id for q in store.pending()] == ["C2", "C1"]
+    assert store.enqueue_many([item(2)]) == [False]
+    assert store.seen("LAB|NORTH", "C1") and not store.seen("LAB|NORTH", "C9")
+
+
+def test_empty_control_id_is_never_a_duplicate(tmp_path):
+    store = Store(tmp_path / "q.sqlite")
+    blank = Incoming("LAB|NORTH", "", "", "utf-8", b"MSH|")
+    assert store.enqueue_many([blank, blank]) == [True, True]
+
+
+def test_park_and_prune(tmp_path):
+    store = Store(tmp_path / "q.sqlite")
+    store.enqueue_many([item(1), item(2)])
+    first = store.pending()[0]
+    store.park(first, "AE")
+    assert store.counts() == {"queued": 1, "parked": 1}
+    assert store.prune_received(-1) == 2
+    assert store.enqueue_many([item(1)]) == [True]
+
+
+def test_ids_never_reused_after_delivery(tmp_path):
+    store = Store(tmp_path / "q.sqlite")
+    store.enqueue_many([item(1)])
+    first = store.pending()[0].id
+    store.mark_delivered([first])
+    store.enqueue_many([item(2)])
+    assert store.pending()[0].id > first
+
+
+def test_concurrent_enqueues_share_commits(tmp_path):
+    async def run():
+        store = AsyncStore(tmp_path / "q.sqlite")
+        results = await asyncio.gather(*(store.enqueue(item(n % 300)) for n in range(600)))
+        counts = await store.counts()
+        await store.close()
+        return results, counts
+
+    results, counts = asyncio.run(run())
+    assert sum(results) == 300 and counts["queued"] == 300
+    db = sqlite3.connect(tmp_path / "q.sqlite")
+    assert [r[0] for r in db.execute("SELECT control_id FROM queue ORDER BY id LIMIT 3")] == ["C0", "C1", "C2"]
