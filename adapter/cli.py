@@ -246,6 +246,13 @@ from adapter import hl7_cli, mllp_cli  # noqa: E402
 
 app.command("hl7")(hl7_cli.hl7)
 app.command("mllp")(mllp_cli.mllp)
+from adapter import service_cli  # noqa: E402
+
+app.command("serve")(service_cli.serve)
+app.add_typer(service_cli.tokens_app, name="tokens")
+from adapter import bulk_cli  # noqa: E402
+
+app.command("bulk")(bulk_cli.bulk)
 
 
 def main() -> None:

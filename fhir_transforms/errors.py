@@ -8,3 +8,7 @@ class InputError(ValueError):
 class RecordRefused(RuntimeError):
     """The record was refused: a detector failed, the leak guard found a survivor, or an unknown
     modifierExtension (exit 3). Nothing of the record is written."""
+
+
+class DetectorFailed(RecordRefused):
+    """A detector failed or timed out: the record is refused (exit 3); over HTTP this is 503, not 422."""

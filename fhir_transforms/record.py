@@ -10,19 +10,19 @@ import json
 import re
 from dataclasses import dataclass, field
 from datetime import date
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from pydantic import ValidationError
 
 from fhir.resources.R4B import get_fhir_model_class
 from fhir_transforms import dates, known as known_ids
-from fhir_transforms.errors import InputError, RecordRefused
+from fhir_transforms.errors import DetectorFailed, InputError, RecordRefused
 from fhir_transforms.methods import TEXT_CONTENT_TYPES
 from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.rules import Profile
 from fhir_transforms.walker import RecordContext, stamp_all, walk_resource
 from text_deid import leak_guard, replace
-from text_deid.spans import DetectorError, Span
+from text_deid.spans import DetectorError, KnownIdentifier, Span
 from text_deid.stack import TextStack
 
 TAG_RE = re.compile(r"<[^>]+>")
@@ -43,6 +43,8 @@ class RecordResult:
     resource: dict
     findings: list[Finding] = field(default_factory=list)
     texts: int = 0
+    detector_seconds: dict[str, float] = field(default_factory=dict)
+    known: tuple[KnownIdentifier, ...] = ()  # what the record's text and leak guard were checked against
 
     @property
     def spans_by_category(self) -> dict[str, int]:
@@ -62,8 +64,12 @@ class Deidentifier:
     clock: Callable[[], date] = dates.today
     validate: bool = True
 
-    def deidentify(self, resource: dict, path: str = "") -> RecordResult:
-        """The de-identified copy of `resource`, or InputError / RecordRefused; never a partial result."""
+    def deidentify(self, resource: dict, path: str = "", linked: Iterable[KnownIdentifier] = ()) -> RecordResult:
+        """The de-identified copy of `resource`, or InputError / RecordRefused; never a partial result.
+
+        `linked`: known identifiers of people the record points at but does not hold (a bulk export's
+        Patient, read from another file), masked in its text and checked by the leak guard like its own.
+        """
         if not isinstance(resource, dict):
             raise InputError(f"{path or 'input'}: a FHIR resource must be a JSON object")
         rtype = resource.get("resourceType")
@@ -75,14 +81,16 @@ class Deidentifier:
         patients = [r.get("id") for r in members if r.get("resourceType") == "Patient" and r.get("id")]
         ctx = RecordContext(self.profile, self.pseudo, self.clock, patients[0] if len(patients) == 1 else None)
         ctx.known.update(known_ids.collect(members))
+        ctx.known.update(linked)
         walk_resource(doc, path, ctx)
         known = tuple(sorted(k for k in ctx.known if len(k.value.strip()) >= 2))
 
         texts = [t for p in ctx.pending for t in p.ref.texts]
+        timings: dict[str, float] = {}
         try:
-            spans = self.stack.detect_many(texts, known)
+            spans = self.stack.detect_many(texts, known, timings)
         except DetectorError as e:
-            raise RecordRefused(f"{path}: text detector failed: {e}") from None
+            raise DetectorFailed(f"{path}: text detector failed: {e}") from None
         findings: list[Finding] = []
         i = 0
         for pending in ctx.pending:
@@ -106,7 +114,7 @@ class Deidentifier:
                 validate(doc, path)
             except InputError as e:
                 raise RecordRefused(f"output failed validation (a bug; nothing written): {e}") from None
-        return RecordResult(doc, findings, len(texts))
+        return RecordResult(doc, findings, len(texts), timings, known)
 
 
 def validate(resource: dict, path: str) -> None:

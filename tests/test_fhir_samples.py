@@ -7,7 +7,7 @@ import re
 import pytest
 from fhir.resources.R4B import get_fhir_model_class
 
-from tests import leak_check
+from conformance import safe_harbor as leak_check
 from tests.conftest import SHARED, run_cli
 
 FOLDERS = ["synthea-bundles", "bulk-ndjson", "hl7-r4-examples"]
@@ -46,23 +46,6 @@ def test_independent_leak_check_finds_nothing(outputs):
     assert checked > 1500  # the check really looked at the samples' identifiers
 
 
-def _targets(doc) -> tuple[set[str], list[str]]:
-    """(what can be referenced inside the document, every literal reference in it)."""
-    names, refs = set(), []
-    for r in leak_check.resources(doc):
-        if r.get("id"):
-            names.add(f"{r['resourceType']}/{r['id']}")
-    for key, value in leak_check.nodes(doc):
-        if key == "fullUrl":
-            names.add(value)
-            m = re.search(r"([A-Z][A-Za-z]+/[^/]+)$", value)
-            if m:
-                names.add(m.group(1))
-        if key == "reference" and isinstance(value, str) and not value.startswith("#") and "?" not in value:
-            refs.append(value)
-    return names, refs
-
-
 def test_every_reference_that_resolved_still_resolves(outputs):
     _, out = outputs["a"]
     resolved_in = resolved_out = 0
@@ -71,8 +54,8 @@ def test_every_reference_that_resolved_still_resolves(outputs):
             continue
         src = leak_check.load(path)[0]
         dst = leak_check.load(out / path.relative_to(SHARED / "fhir"))[0]
-        names_in, refs_in = _targets(src)
-        names_out, refs_out = _targets(dst)
+        names_in, refs_in = leak_check.references(src)
+        names_out, refs_out = leak_check.references(dst)
         assert len(refs_in) == len(refs_out)
         for before, after in zip(refs_in, refs_out):
             if before in names_in:

@@ -1,6 +1,7 @@
 """Stacks: which detectors run on a text. Stacks are data; detectors are looked up by name."""
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
@@ -48,10 +49,12 @@ class TextStack:
     detectors: list[Detector]
     timeout_s: float = DETECTOR_TIMEOUT_S
 
-    def detect_many(self, texts: Sequence[str], known: Sequence[KnownIdentifier]) -> list[list[Span]]:
+    def detect_many(self, texts: Sequence[str], known: Sequence[KnownIdentifier],
+                    timings: dict[str, float] | None = None) -> list[list[Span]]:
         """Spans for each text: detectors run in parallel, results filtered and merged by union.
 
         Any detector error or timeout raises DetectorError: the caller must fail the record closed.
+        `timings`, when given, receives each detector's wall time in seconds.
         """
         known = tuple(known)
         if not texts:
@@ -61,7 +64,10 @@ class TextStack:
             per_detector = []
             for name, future in futures:
                 try:
-                    per_detector.append(future.result(timeout=self.timeout_s))
+                    found, seconds = future.result(timeout=self.timeout_s)
+                    per_detector.append(found)
+                    if timings is not None:
+                        timings[name] = timings.get(name, 0.0) + seconds
                 except FutureTimeout:
                     raise DetectorError(f"{name}: timed out after {self.timeout_s:.0f} s") from None
                 except DetectorError:
@@ -79,8 +85,10 @@ class TextStack:
         return self.detect_many([text], known)[0]
 
 
-def _run(detector: Detector, texts: Sequence[str], known: tuple[KnownIdentifier, ...]) -> list[list[Span]]:
-    return [detector.detect(t, known) if t.strip() else [] for t in texts]
+def _run(detector: Detector, texts: Sequence[str], known: tuple[KnownIdentifier, ...]) -> tuple[list[list[Span]], float]:
+    start = time.perf_counter()
+    found = [detector.detect(t, known) if t.strip() else [] for t in texts]
+    return found, time.perf_counter() - start
 
 
 def _check_offsets(spans: list[Span], length: int) -> None:

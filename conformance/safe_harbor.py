@@ -1,5 +1,7 @@
-"""An independent leak check for FHIR outputs, written apart from the engine (it shares none of its code).
+"""Safe Harbor conformance checks of de-identified FHIR output, written apart from the engine (they share
+none of its code), so they can judge any de-identifier: this project's CLI, its HTTP service, or another.
 
+Leak check:
 For every input file it collects the people's names, telecom, address lines, cities, full ZIPs, every
 identifier value, patient ids and every full date, then searches the output (JSON text, XHTML stripped
 of tags, base64 attachments decoded) for each, case-insensitively, as whole tokens.
@@ -84,7 +86,7 @@ def searchable_text(doc) -> str:
 
 
 def leaks(input_path: Path, output_path: Path) -> tuple[int, list[str]]:
-    """(number of values checked, kinds of the values found in the output)."""
+    """(number of values checked, kinds of the values found in the output) for two files."""
     values = set()
     for doc in load(input_path):
         values |= identifying_values(doc)
@@ -95,3 +97,40 @@ def leaks(input_path: Path, output_path: Path) -> tuple[int, list[str]]:
         if re.search(r"(?<![0-9a-z])" + re.escape(value.lower()) + tail, text):
             found.append(kind)
     return len(values), found
+
+
+def references(doc) -> tuple[set[str], list[str]]:
+    """(what can be referenced inside the document, every literal reference in it)."""
+    names, refs = set(), []
+    for r in resources(doc):
+        if r.get("id"):
+            names.add(f"{r['resourceType']}/{r['id']}")
+    for key, value in nodes(doc):
+        if key == "fullUrl":
+            names.add(value)
+            m = re.search(r"([A-Z][A-Za-z]+/[^/]+)$", value)
+            if m:
+                names.add(m.group(1))
+        if key == "reference" and isinstance(value, str) and not value.startswith("#") and "?" not in value:
+            refs.append(value)
+    return names, refs
+
+
+def broken_references(before: dict, after: dict) -> int:
+    """How many references that resolved inside `before` no longer resolve inside `after`."""
+    names_in, refs_in = references(before)
+    names_out, refs_out = references(after)
+    if len(refs_in) != len(refs_out):
+        return abs(len(refs_in) - len(refs_out))
+    return sum(1 for a, b in zip(refs_in, refs_out) if a in names_in and b not in names_out)
+
+
+def leaks_in(before: dict, after: dict) -> list[str]:
+    """Kinds of identifying values of `before` found in `after`."""
+    text = searchable_text(after)
+    found = []
+    for kind, value in sorted(identifying_values(before)):
+        tail = r"(?![0-9])" if kind == "date" else r"(?![0-9a-z])"
+        if re.search(r"(?<![0-9a-z])" + re.escape(value.lower()) + tail, text):
+            found.append(kind)
+    return found

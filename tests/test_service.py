@@ -1,0 +1,190 @@
+"""The HTTP service, tested against a real uvicorn server on a free port with a real HTTP client."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from fhir.resources.R4B import get_fhir_model_class
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from adapter.service_auth import add_client
+from tests.conftest import ROOT, SHARED, run_cli
+
+FHIR = {"Content-Type": "application/fhir+json"}
+CANARY = {"given": "Quorvath", "family": "Zelbrindex", "mrn": "MRN-88127733", "phone": "612-555-0193",
+          "city": "Vexlow Harbor"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, test_key_file):
+    workdir = tmp_path_factory.mktemp("service")
+    tokens = workdir / "tokens.json"
+    full = add_client(tokens, "interface-engine", ["fhir", "hl7v2", "metadata", "metrics", "ready"])
+    fhir_only = add_client(tokens, "research-portal", ["fhir"])
+    port = free_port()
+    log = open(workdir / "server.log", "w")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DEID_ADAPTER_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "adapter.cli", "serve", "--port", str(port), "--tokens", str(tokens),
+         "--key-file", str(test_key_file), "--today", "2026-01-15", "--max-body-mb", "3", "--workers", "2"],
+        cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    for _ in range(200):
+        try:
+            if httpx.get(base + "/healthz", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    else:
+        proc.kill()
+        raise RuntimeError("server did not start: " + (workdir / "server.log").read_text()[-2000:])
+    yield {"base": base, "token": full, "fhir_only": fhir_only, "dir": workdir, "log": workdir / "server.log", "proc": proc}
+    proc.terminate()
+    proc.wait(timeout=10)
+    log.close()
+
+
+def post(server, doc, token=None, headers=FHIR, path="/fhir/$de-identify") -> httpx.Response:
+    body = doc if isinstance(doc, (bytes, str)) else json.dumps(doc)
+    return httpx.post(server["base"] + path, content=body, timeout=120,
+                      headers={**headers, "Authorization": f"Bearer {token or server['token']}"})
+
+
+def assert_outcome(resp: httpx.Response, status: int) -> dict:
+    assert resp.status_code == status, resp.text[:500]
+    assert resp.headers["content-type"].startswith("application/fhir+json")
+    body = resp.json()
+    get_fhir_model_class("OperationOutcome").model_validate(body)
+    return body
+
+
+def test_each_synthea_bundle_over_http_equals_the_cli_output(server, tmp_path, test_key_file):
+    bundles = sorted((SHARED / "fhir" / "synthea-bundles").glob("*.json"))
+    run_cli("fhir", str(SHARED / "fhir" / "synthea-bundles"), str(tmp_path / "cli"), "--today", "2026-01-15",
+            key_file=test_key_file, check=True)
+    for path in bundles:
+        resp = post(server, path.read_bytes())
+        assert resp.status_code == 200, resp.text[:300]
+        assert resp.headers["content-type"].startswith("application/fhir+json")
+        assert resp.json() == json.loads((tmp_path / "cli" / path.name).read_text()), path.name
+
+
+def test_parameters_in_parameters_out(server):
+    patient = json.loads((SHARED / "fhir" / "hl7-r4-examples" / "Patient-example.json").read_text())
+    params = {"resourceType": "Parameters", "parameter": [{"name": "resource", "resource": patient},
+                                                          {"name": "profile", "valueCode": "longitudinal"}]}
+    resp = post(server, params, headers={"Content-Type": "application/json"})
+    assert resp.status_code == 200
+    out = resp.json()
+    assert out["resourceType"] == "Parameters" and out["parameter"][0]["name"] == "return"
+    returned = out["parameter"][0]["resource"]
+    assert returned["resourceType"] == "Patient" and len(returned["birthDate"]) == 10  # shifted, not cut to a year
+    assert returned["birthDate"] != patient["birthDate"]
+
+
+def test_hl7v2_call(server):
+    message = (SHARED / "hl7v2" / "ADT-A01-01.hl7").read_bytes()
+    resp = httpx.post(server["base"] + "/hl7v2/$de-identify", content=message, timeout=60,
+                      headers={"Content-Type": "x-application/hl7-v2+er7", "Authorization": f"Bearer {server['token']}"})
+    assert resp.status_code == 200, resp.text[:300]
+    assert resp.text.startswith("MSH|")
+    assert [s[:3] for s in resp.text.strip("\r").split("\r")] == [s[:3] for s in message.decode().strip("\r").split("\r")]
+
+
+def test_metadata_is_a_valid_capability_statement_naming_the_operation(server):
+    resp = httpx.get(server["base"] + "/fhir/metadata", headers={"Authorization": f"Bearer {server['token']}"})
+    cap = resp.json()
+    get_fhir_model_class("CapabilityStatement").model_validate(cap)
+    assert cap["rest"][0]["operation"][0]["name"] == "de-identify"
+    opdef = httpx.get(server["base"] + "/fhir/OperationDefinition/de-identify",
+                      headers={"Authorization": f"Bearer {server['token']}"}).json()
+    get_fhir_model_class("OperationDefinition").model_validate(opdef)
+
+
+def test_error_statuses_are_operation_outcomes(server):
+    patient = {"resourceType": "Patient", "id": "p1", "name": [{"family": "Zelbrindex"}]}
+    assert_outcome(post(server, b'{"resourceType": "Patient", '), 400)  # malformed JSON
+    assert_outcome(post(server, {"resourceType": "Patient", "birthDate": "not-a-date"}), 400)  # invalid FHIR
+    resp = httpx.post(server["base"] + "/fhir/$de-identify", content=json.dumps(patient), headers=FHIR)
+    assert_outcome(resp, 401)
+    assert_outcome(post(server, patient, token="wrong"), 401)
+    hl7 = httpx.post(server["base"] + "/hl7v2/$de-identify", content=b"MSH|^~\\&|", headers={
+        "Content-Type": "text/plain", "Authorization": f"Bearer {server['fhir_only']}"})
+    assert_outcome(hl7, 403)
+    assert_outcome(post(server, b"{" + b" " * (4 * 1024 * 1024) + b"}"), 413)
+    assert_outcome(post(server, json.dumps(patient), headers={"Content-Type": "text/xml"}), 415)
+    leak = dict(patient, maritalStatus={"coding": [{"system": "http://x", "code": "x", "display": "Zelbrindex"}]})
+    body = assert_outcome(post(server, leak), 422)
+    assert "NAME" in body["issue"][0]["diagnostics"] and "Zelbrindex" not in json.dumps(body)
+    modext = {"resourceType": "Observation", "id": "o", "status": "final", "code": {"text": "x"},
+              "modifierExtension": [{"url": "http://example.org/x", "valueBoolean": True}]}
+    assert_outcome(post(server, modext), 422)
+    unavailable = {"resourceType": "Parameters", "parameter": [{"name": "resource", "resource": patient},
+                                                               {"name": "stack", "valueCode": "recall-first"}]}
+    assert_outcome(post(server, unavailable), 503)
+
+
+def test_liveness_needs_no_token_but_everything_else_does(server):
+    assert httpx.get(server["base"] + "/healthz").status_code == 200
+    for path in ("/fhir/metadata", "/metrics", "/readyz"):
+        assert httpx.get(server["base"] + path).status_code == 401
+    ready = httpx.get(server["base"] + "/readyz", headers={"Authorization": f"Bearer {server['token']}"})
+    assert ready.status_code == 200 and ready.json()["status"] == "ready"
+
+
+def canary_patient(**extra) -> dict:
+    c = CANARY
+    return {"resourceType": "Patient", "id": "canary-1",
+            "name": [{"family": c["family"], "given": [c["given"]]}],
+            "identifier": [{"system": "http://hospital.example/mrn", "value": c["mrn"]}],
+            "telecom": [{"system": "phone", "value": c["phone"]}],
+            "address": [{"city": c["city"], "state": "MN"}], **extra}
+
+
+def test_canary_values_never_reach_logs_metrics_errors_or_files(server):
+    c = CANARY
+    bodies = []
+    good = post(server, canary_patient(text={"status": "generated", "div": f'<div xmlns="http://www.w3.org/1999/xhtml">{c["given"]} {c["family"]} {c["phone"]}</div>'}))
+    assert good.status_code == 200
+    bodies.append(good.text)
+    bad = post(server, json.dumps(canary_patient())[:-5])  # malformed
+    refused = post(server, canary_patient(maritalStatus={"coding": [{"system": "http://x", "code": "x", "display": c["family"]}]}))
+    invalid = post(server, canary_patient(birthDate=c["mrn"]))
+    assert (bad.status_code, refused.status_code, invalid.status_code) == (400, 422, 400)
+    bodies += [bad.text, refused.text, invalid.text]
+    bodies.append(httpx.get(server["base"] + "/metrics", headers={"Authorization": f"Bearer {server['token']}"}).text)
+    written = [p.read_text(errors="replace") for p in Path(server["dir"]).rglob("*") if p.is_file() and p.name != "tokens.json"]
+    everything = "\n".join(bodies + written).lower()
+    assert server["log"].read_text().count('"operation"') > 3  # the access log is there and was searched
+    for value in c.values():
+        assert value.lower() not in everything, "a planted value leaked"
+
+
+json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+                           lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+                           max_leaves=20)
+resource_like = st.fixed_dictionaries({"resourceType": st.sampled_from(["Patient", "Observation", "Bundle", "Parameters", "Nope", ""])},
+                                      optional={"id": st.text(max_size=10), "name": json_values, "entry": json_values,
+                                                "parameter": json_values, "text": json_values, "birthDate": json_values})
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.one_of(resource_like, json_values))
+def test_fuzz_finds_no_500_and_no_hang(server, doc):
+    resp = post(server, doc)
+    assert resp.status_code in (200, 400, 422), resp.text[:300]
+    if resp.status_code != 200:
+        get_fhir_model_class("OperationOutcome").model_validate(resp.json())
