@@ -250,6 +250,7 @@ from adapter import service_cli  # noqa: E402
 
 app.command("serve")(service_cli.serve)
 app.add_typer(service_cli.tokens_app, name="tokens")
+app.add_typer(service_cli.conformance_app, name="conformance")
 from adapter import bulk_cli  # noqa: E402
 
 app.command("bulk")(bulk_cli.bulk)

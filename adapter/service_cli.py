@@ -12,6 +12,7 @@ from adapter.service_auth import OPERATIONS, TOKENS_ENV, TokenFileError, TokenSt
 from fhir_transforms import dates, keys
 
 tokens_app = typer.Typer(help="Manage the HTTP service's client tokens.", no_args_is_help=True)
+conformance_app = typer.Typer(help="Check a $de-identify server against the Safe Harbor checks.", no_args_is_help=True)
 
 
 def serve(
@@ -63,3 +64,23 @@ def tokens_add(file: Path = typer.Argument(..., help="Token file (created 0600).
     except TokenFileError as e:
         fail(str(e))
     typer.echo(token)
+
+
+@conformance_app.command("check")
+def conformance_check(url: str = typer.Argument(..., help="Base URL of a $de-identify server."),
+                      samples: Path = typer.Option(..., "--samples", help="Folder of FHIR .json/.ndjson samples."),
+                      token: str = typer.Option(..., "--token", envvar="DEID_ADAPTER_TOKEN")) -> None:
+    """Post every sample, then check the answers: no leaked identifier, references resolve, outputs valid."""
+    import json
+
+    import httpx
+
+    from adapter.cli import fail
+    from conformance.check import check
+
+    try:
+        report = check(url, token, samples)
+    except httpx.HTTPError as e:
+        fail(f"{url}: {type(e).__name__}")
+    typer.echo(json.dumps(report.to_json()))
+    raise typer.Exit(0 if report.passed else 1)

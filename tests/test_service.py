@@ -188,3 +188,11 @@ def test_fuzz_finds_no_500_and_no_hang(server, doc):
     assert resp.status_code in (200, 400, 422), resp.text[:300]
     if resp.status_code != 200:
         get_fhir_model_class("OperationOutcome").model_validate(resp.json())
+
+
+def test_conformance_check_command_passes_against_the_running_server(server):
+    proc = run_cli("conformance", "check", server["base"], "--samples", str(SHARED / "fhir" / "hl7-r4-examples"),
+                   "--token", server["token"])
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 0, proc.stdout
+    assert report["passed"] and report["resources"] == 7 and report["leaks"] == 0 and report["values_checked"] > 20
