@@ -26,29 +26,41 @@ def identifier_category(identifier: dict) -> str:
     return "UNIQUE_IDENTIFIER"
 
 
+def _dicts(value) -> list[dict]:
+    """The objects in a list (or a single object); anything else yields nothing (unvalidated input)."""
+    items = value if isinstance(value, list) else [value]
+    return [v for v in items if isinstance(v, dict)]
+
+
+def _strings(*values) -> list[str]:
+    out = []
+    for v in values:
+        out.extend(x for x in (v if isinstance(v, list) else [v]) if isinstance(x, str) and x)
+    return out
+
+
 def _person(res: dict) -> Iterable[KnownIdentifier]:
-    for name in res.get("name", []) or []:
-        parts = (name.get("given") or []) + ([name["family"]] if name.get("family") else [])
+    for name in _dicts(res.get("name")):
+        parts = _strings(name.get("given"), name.get("family"))
         if parts:
             yield KnownIdentifier(" ".join(parts), "NAME")
-        if name.get("text"):
-            yield KnownIdentifier(name["text"], "NAME")
-    for contact in [res] + list(res.get("contact", []) or []):
-        if contact is not res and contact.get("name"):
-            yield from _person({"name": [contact["name"]]})
-        for t in contact.get("telecom", []) or []:
-            if t.get("value"):
-                yield KnownIdentifier(t["value"], TELECOM_CATEGORY.get(t.get("system"), "PHONE_NUMBER"))
-        addresses = contact.get("address") or []
-        for a in addresses if isinstance(addresses, list) else [addresses]:
-            for v in (a.get("line") or []) + [a.get("city"), a.get("district"), a.get("text"), a.get("postalCode")]:
-                if v:
-                    yield KnownIdentifier(v, "GEOGRAPHIC_LOCATION")
-    if res.get("id"):
-        yield KnownIdentifier(res["id"], "UNIQUE_IDENTIFIER")
-    for ext in res.get("extension", []) or []:
-        if ext.get("url") in NAME_EXTENSIONS and ext.get("valueString"):
-            yield KnownIdentifier(ext["valueString"], "NAME")
+        for text in _strings(name.get("text")):
+            yield KnownIdentifier(text, "NAME")
+    for contact in [res] + _dicts(res.get("contact")):
+        if contact is not res:
+            yield from _person({"name": contact.get("name")})
+        for t in _dicts(contact.get("telecom")):
+            for value in _strings(t.get("value")):
+                yield KnownIdentifier(value, TELECOM_CATEGORY.get(t.get("system"), "PHONE_NUMBER"))
+        for a in _dicts(contact.get("address")):
+            for v in _strings(a.get("line"), a.get("city"), a.get("district"), a.get("text"), a.get("postalCode")):
+                yield KnownIdentifier(v, "GEOGRAPHIC_LOCATION")
+    for rid in _strings(res.get("id")):
+        yield KnownIdentifier(rid, "UNIQUE_IDENTIFIER")
+    for ext in _dicts(res.get("extension")):
+        if ext.get("url") in NAME_EXTENSIONS:
+            for v in _strings(ext.get("valueString")):
+                yield KnownIdentifier(v, "NAME")
 
 
 def collect(resources: Iterable[dict]) -> set[KnownIdentifier]:

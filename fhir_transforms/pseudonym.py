@@ -4,6 +4,7 @@ from __future__ import annotations
 import re
 import uuid
 from functools import lru_cache
+from typing import Callable, Optional
 
 from cryptography.hazmat.primitives import hashes, hmac
 
@@ -16,10 +17,11 @@ MAX_SHIFT_DAYS = 365
 class Pseudonymizer:
     """Same key + same namespace + same value → same pseudonym, on every machine and every night."""
 
-    def __init__(self, key: Key):
+    def __init__(self, key: Key, on_issue: Optional[Callable[[str, str, str], None]] = None):
         self.key_id = key.key_id
         self._secret = key.secret
         self.digest = lru_cache(maxsize=65536)(self._digest)
+        self.on_issue = on_issue  # (namespace, original, pseudonym) for each pseudonym issued: the re-identification vault
 
     def _digest(self, namespace: str, value: str) -> bytes:
         mac = hmac.HMAC(self._secret, hashes.SHA256())
@@ -28,11 +30,17 @@ class Pseudonymizer:
 
     def token(self, namespace: str, value: str, length: int = 32) -> str:
         """A hex pseudonym of `length` characters (≤ 64)."""
-        return self.digest(namespace, value).hex()[:length]
+        pseudonym = self.digest(namespace, value).hex()[:length]
+        if self.on_issue:
+            self.on_issue(namespace, value, pseudonym)
+        return pseudonym
 
     def uuid(self, namespace: str, value: str) -> str:
         """A pseudonym that is itself a valid (version 4 layout) UUID."""
-        return str(uuid.UUID(bytes=self.digest(namespace, value)[:16], version=4))
+        pseudonym = str(uuid.UUID(bytes=self.digest(namespace, value)[:16], version=4))
+        if self.on_issue:
+            self.on_issue(namespace, value, pseudonym)
+        return pseudonym
 
     def resource_id(self, value: str) -> str:
         """Pseudonym for a resource id: a UUID stays a UUID (so `urn:uuid:` references stay UUIDs)."""

@@ -16,9 +16,11 @@ from fhir_transforms.methods import METHODS, REMOVE, TextRef
 from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.rules import Profile, Rule
 from fhir_transforms.known import FULL_DATE_RE
-from fhir_transforms.schema import Element, elements, is_resource_type
+from fhir_transforms.schema import PRIMITIVES, Element, elements, is_resource_type
 from text_deid.spans import KnownIdentifier
 
+PRIMITIVE_TYPES = frozenset(PRIMITIVES.values()) | {"boolean"}
+NUMBER_TYPES = frozenset({"integer", "positiveInt", "unsignedInt", "decimal"})
 SECURITY_SYSTEM = "http://terminology.hl7.org/CodeSystem/v3-ObservationValue"
 KEY_TAG_SYSTEM = "http://deid-adapter.org/fhir/CodeSystem/key-id"
 PROFILE_TAG_SYSTEM = "http://deid-adapter.org/fhir/CodeSystem/deid-profile"
@@ -188,10 +190,22 @@ def _walk_complex(node: dict, type_name: str, fpath: str, path: str, is_resource
 
 
 def _apply(value, rule: Rule | None, site: Site):
+    el = site.element
+    if value is None:
+        if not el.is_list:
+            raise InputError(f"{site.path}: null is not a FHIR value")
+        return None  # a null in a list only aligns primitive extensions (`_given: [null, {...}]`)
+    if not _has_json_shape(value, el.type):
+        # only reachable without validation: a wrong JSON shape is bad input, never passed through
+        raise InputError(f"{site.path}: expected {'a value' if el.type in PRIMITIVE_TYPES else 'an object'} of type {el.type}")
     if rule is not None:
         site.options = rule.options
-        return METHODS[rule.method](value, site)
-    el = site.element
+        try:
+            return METHODS[rule.method](value, site)
+        except ValueError as e:  # e.g. a malformed date; messages never quote the value
+            if isinstance(e, InputError):
+                raise
+            raise InputError(f"{site.path}: {e}") from None
     if el.type == "Resource":
         if not isinstance(value, dict):
             raise InputError(f"{site.path}: a resource must be a JSON object")
@@ -201,6 +215,17 @@ def _apply(value, rule: Rule | None, site: Site):
         _walk_complex(value, el.type, site.fpath, site.path, False, site.ctx, site.res)
         return value
     return METHODS[site.ctx.profile.default_primitive.method](value, site)
+
+
+def _has_json_shape(value, type_name: str) -> bool:
+    """The JSON type FHIR's JSON format gives each kind of element."""
+    if type_name not in PRIMITIVE_TYPES:
+        return isinstance(value, dict)
+    if type_name == "boolean":
+        return isinstance(value, bool)
+    if type_name in NUMBER_TYPES:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, str)
 
 
 def _writer(node: dict, key: str, out: list, index: int, is_list: bool) -> Callable[[object], None]:

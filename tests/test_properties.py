@@ -64,3 +64,24 @@ def test_no_known_name_survives_in_narrative(test_key, given_name, family, fille
     div = engine.deidentify(patient).resource["text"]["div"].lower()
     assert family.lower() not in div.replace("[name]", "")
     assert given_name.lower() not in div.replace("[name]", "")
+
+
+json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=12),
+                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+                           max_leaves=15)
+patient_like = st.fixed_dictionaries(
+    {"resourceType": st.just("Patient")},
+    optional={k: json_values for k in ("id", "name", "telecom", "address", "birthDate", "text", "contact", "extension",
+                                       "identifier", "gender", "photo")})
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(patient_like)
+def test_without_validation_bad_shapes_are_input_errors_never_crashes(test_key, doc):
+    from fhir_transforms.errors import InputError, RecordRefused
+
+    engine = make_engine(test_key, validate=False)
+    try:
+        engine.deidentify(doc)
+    except (InputError, RecordRefused):
+        pass
