@@ -11,7 +11,8 @@ from typing import Optional
 
 import typer
 
-from adapter import fhir_files
+from adapter import audit_cli, fhir_files
+from adapter.audit import AuditError
 from fhir_transforms import dates, keys
 from fhir_transforms.errors import InputError, RecordRefused
 from fhir_transforms.pseudonym import Pseudonymizer
@@ -71,9 +72,15 @@ def fhir(
     today: Optional[str] = typer.Option(None, "--today", help="Reference day for ages (YYYY-MM-DD); default: today."),
     llm_url: Optional[str] = LlmUrl,
     llm_model: Optional[str] = LlmModel,
+    audit: Optional[str] = audit_cli.AuditOpt,
+    audit_key_file: Optional[Path] = audit_cli.AuditKeyOpt,
+    actor: Optional[str] = audit_cli.ActorOpt,
+    vault: bool = audit_cli.VaultFlag,
+    vault_key_file: Optional[Path] = audit_cli.VaultKeyOpt,
 ) -> None:
     """De-identify FHIR R4 input into OUTPUT. Bad files are reported and skipped; the exit code says so."""
     engine = _deidentifier(key_file, profile, stack, validate is Validation.full, today)
+    account = audit_cli.open_session(engine, "fhir", audit, audit_key_file, actor, vault, vault_key_file)
     if input.resolve() == output.resolve():
         fail("OUTPUT must differ from INPUT")
     try:
@@ -93,15 +100,26 @@ def fhir(
                 engine.validate = validate is Validation.full or (
                     validate is Validation.sample and _sampled(path, n))
                 where = f"{path}: line {n}" if f.ndjson else str(path)
-                results.append(engine.deidentify(res, where).resource)
+                result = engine.deidentify(res, where)
+                results.append(result.resource)
+                account.deidentified(res, result.resource, result.findings, where, res["resourceType"])
+            account.commit()  # the audit records are durable before the output exists
             fhir_files.write_atomic(target, fhir_files.serialize(results, f.ndjson))
+        except AuditError as e:
+            fail(str(e))
         except fhir_files.NoResources as e:
             counts["skipped"] += 1
             typer.echo(f"skipped  {e}", err=True)
         except InputError as e:
+            account.discard()
             counts["bad_input"] += 1
             typer.echo(f"bad input  {e}", err=True)
         except RecordRefused as e:
+            account.refused(res, str(e), where, res.get("resourceType", ""))
+            try:
+                account.commit()
+            except AuditError as audit_error:
+                fail(str(audit_error))
             counts["refused"] += 1
             typer.echo(f"refused  {e}", err=True)
         else:
@@ -128,17 +146,20 @@ def _sampled(path: Path, n: int) -> bool:
 
 @keys_app.command("init")
 def keys_init(path: Path = typer.Argument(..., help="Where to write the new key (mode 0600)."),
-              exist_ok: bool = typer.Option(False, "--exist-ok", help="Keep an existing key file instead of failing.")) -> None:
+              exist_ok: bool = typer.Option(False, "--exist-ok", help="Keep an existing key file instead of failing."),
+              purpose: str = typer.Option("pseudonym", "--purpose", help="pseudonym (default), audit or vault.")) -> None:
     """Create a new random key file. The key id is printed; the key never is."""
     if exist_ok and path.exists():
         try:
-            key = keys.load_key(path)
+            key = keys.load_key(path, purpose)
         except keys.KeyError_ as e:
             fail(str(e))
         typer.echo(f"key {key.key_id} kept at {path}")
         return
     try:
-        key = keys.init_key_file(path)
+        key = keys.init_key_file(path, purpose)
+    except keys.KeyError_ as e:
+        fail(str(e))
     except FileExistsError:
         fail(f"{path} exists; refusing to overwrite a key (pseudonyms made with it would no longer match)")
     except OSError as e:
@@ -227,18 +248,36 @@ def text_redact(stack: Optional[str] = StackOpt, surrogates: bool = typer.Option
 @app.command("eval")
 def eval_(gold: Path = typer.Argument(..., help="Gold JSONL: {id, text, spans:[{start,end,category}]}"),
           stack: Optional[str] = StackOpt, as_json: bool = typer.Option(False, "--json"),
+          compare: Optional[str] = typer.Option(None, "--compare", metavar="OTHER",
+                                                help="Second stack: paired differences (STACK - OTHER) on the same resamples."),
           llm_url: Optional[str] = LlmUrl, llm_model: Optional[str] = LlmModel) -> None:
-    """Span recall and precision, character recall, over-redaction and strict F1, with 95% bootstrap intervals."""
+    """Span recall and precision, character recall, over-redaction and strict F1, with 95% bootstrap intervals.
+    Prints counts and rates only, never note text."""
     from text_deid import evaluation
 
     try:
         records = evaluation.load_jsonl(gold)
     except (OSError, ValueError) as e:
         fail(str(e))
+    name = stack or build_stack(None).name
     predicted = dict(_text_results(stack, records, lambda rec, spans: (rec["id"], [s.to_json() for s in spans])))
-    result = evaluation.evaluate(records, predicted)
-    result["stack"] = stack or build_stack(None).name
-    typer.echo(json.dumps(result, indent=2) if as_json else evaluation.format_table(result))
+    try:
+        result = evaluation.evaluate(records, predicted)
+        if compare:
+            other = dict(_text_results(compare, records, lambda rec, spans: (rec["id"], [s.to_json() for s in spans])))
+            result = {"stack": name, "compare": compare, name: result, compare: evaluation.evaluate(records, other),
+                      "paired": evaluation.compare(records, predicted, other)}
+    except ValueError as e:
+        fail(f"{gold}: {e}")
+    if not compare:
+        result["stack"] = name
+        typer.echo(json.dumps(result, indent=2) if as_json else evaluation.format_table(result))
+    elif as_json:
+        typer.echo(json.dumps(result, indent=2))
+    else:
+        typer.echo(f"Stack {name}\n" + evaluation.format_table(result[name]) + f"\nStack {compare}\n"
+                   + evaluation.format_table(result[compare]) + "\n"
+                   + evaluation.format_comparison(result["paired"], name, compare))
 
 
 # The HL7v2 edge's commands live in their own modules; registered last because they reuse this module's helpers.
@@ -254,6 +293,11 @@ app.add_typer(service_cli.conformance_app, name="conformance")
 from adapter import bulk_cli  # noqa: E402
 
 app.command("bulk")(bulk_cli.bulk)
+
+app.add_typer(audit_cli.audit_app, name="audit")
+app.add_typer(audit_cli.vault_app, name="vault")
+keys_app.command("rotate")(audit_cli.keys_rotate)
+keys_app.command("list")(audit_cli.keys_list)
 
 
 def main() -> None:

@@ -46,7 +46,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from .spans import CATEGORIES
 
-__all__ = ["evaluate", "format_table", "load_jsonl", "METRICS"]
+__all__ = ["evaluate", "compare", "format_table", "format_comparison", "load_jsonl", "METRICS"]
 
 # Columns of the per-document count rows.
 _GOLD, _GOLD_HIT, _PRED, _PRED_HIT = 0, 1, 2, 3
@@ -240,11 +240,19 @@ def evaluate(
     """
     if not _is_int(resamples) or resamples < 0:
         raise ValueError("resamples must be a non-negative integer")
+    rows, cats = _count_rows(gold, predicted)
+
+    return _summarize(rows, cats, resamples, seed)
+
+
+def _count_rows(
+    gold: Sequence[Mapping[str, Any]], predicted: Mapping[str, Sequence[Mapping[str, Any]]]
+) -> tuple[list[tuple[int, ...]], list[str]]:
+    """Validate the input; one row of integer counts per document, and the gold categories."""
     if not isinstance(predicted, Mapping):
         raise ValueError("predicted must map document id to a list of spans")
     if not gold:
         raise ValueError("no gold documents to evaluate")
-
     docs: list[tuple[int, list, list]] = []
     seen: set[str] = set()
     for n, rec in enumerate(gold):
@@ -273,7 +281,10 @@ def evaluate(
     cats = [c for c in CATEGORIES if c in gold_cats] + sorted(gold_cats - set(CATEGORIES))
     cat_index = {c: k for k, c in enumerate(cats)}
 
-    rows = [tuple(_doc_row(tl, g, p, cat_index)) for tl, g, p in docs]
+    return [tuple(_doc_row(tl, g, p, cat_index)) for tl, g, p in docs], cats
+
+
+def _summarize(rows: list[tuple[int, ...]], cats: list[str], resamples: int, seed: int) -> dict:
     totals = [sum(col) for col in zip(*rows)]
     names = list(METRICS) + [f"category:{c}" for c in cats]
     empty_values = [v for _, _, v in _RATIO_METRICS.values()] + [1.0] + [1.0] * len(cats)
@@ -417,3 +428,74 @@ def load_jsonl(path: str | os.PathLike) -> list[dict]:
                 raise ValueError(f"{os.fspath(path)}: line {lineno}: expected a JSON object")
             records.append(obj)
     return records
+
+
+def _point(t: Sequence[int], n_cats: int) -> list[float]:
+    empty = [v for _, _, v in _RATIO_METRICS.values()] + [1.0] + [1.0] * n_cats
+    return [v if v is not None else e for v, e in zip(_metric_values(t, n_cats), empty)]
+
+
+def compare(
+    gold: Sequence[Mapping[str, Any]],
+    predicted: Mapping[str, Sequence[Mapping[str, Any]]],
+    other: Mapping[str, Sequence[Mapping[str, Any]]],
+    *,
+    resamples: int = 1000,
+    seed: int = 0,
+) -> dict:
+    """Paired comparison of two span sets on the same documents: `predicted` minus `other`.
+
+    Each bootstrap resample picks the same documents for both, so the 95% interval is that of the
+    difference, not two separate intervals. Returns `{"difference": {metric: {"value", "ci95"}},
+    "per_category": {cat: {"value", "ci95"}}, "bootstrap"}`; resamples where either side's metric
+    has a zero denominator are left out of that metric's interval. Counts and rates only.
+    """
+    if not _is_int(resamples) or resamples < 0:
+        raise ValueError("resamples must be a non-negative integer")
+    rows_a, cats = _count_rows(gold, predicted)
+    rows_b, _ = _count_rows(gold, other)
+    n_cats = len(cats)
+    point = [a - b for a, b in zip(_point([sum(c) for c in zip(*rows_a)], n_cats),
+                                   _point([sum(c) for c in zip(*rows_b)], n_cats))]
+    samples: list[list[float]] = [[] for _ in point]
+    if resamples:
+        rng = random.Random(seed)
+        population = range(len(rows_a))
+        for _ in range(resamples):
+            picked = rng.choices(population, k=len(rows_a))
+            va = _metric_values(list(map(sum, zip(*(rows_a[i] for i in picked)))), n_cats)
+            vb = _metric_values(list(map(sum, zip(*(rows_b[i] for i in picked)))), n_cats)
+            for k, (x, y) in enumerate(zip(va, vb)):
+                if x is not None and y is not None:
+                    samples[k].append(x - y)
+
+    def entry(k: int) -> dict:
+        if not resamples:
+            return {"value": point[k], "ci95": None}
+        s = sorted(samples[k]) or [point[k]]
+        return {"value": point[k], "ci95": [_percentile(s, 0.025), _percentile(s, 0.975)]}
+
+    return {
+        "difference": {name: entry(k) for k, name in enumerate(METRICS)},
+        "per_category": {c: entry(len(METRICS) + k) for k, c in enumerate(cats)},
+        "bootstrap": {"resamples": resamples, "seed": seed,
+                      "method": "paired percentile bootstrap over documents, 95%"},
+    }
+
+
+def format_comparison(result: Mapping[str, Any], name: str, other: str) -> str:
+    """Render a `compare` result: each metric's difference (NAME minus OTHER) with its 95% CI."""
+    rows = [(f"Metric ({name} - {other})", "Diff", "95% CI")]
+    rows += [(_LABELS.get(m, m), *_fmt_signed(e)) for m, e in result["difference"].items()]
+    rows += [(f"  recall {c}", *_fmt_signed(e)) for c, e in result["per_category"].items()]
+    w0, w1 = max(len(r[0]) for r in rows), max(len(r[1]) for r in rows)
+    out = [f"{r[0]:<{w0}}  {r[1]:>{w1}}  {r[2]}".rstrip() for r in rows]
+    out.insert(1, "-" * (w0 + w1 + 24))
+    boot = result["bootstrap"]
+    out.append(f"\n95% CI: paired percentile bootstrap over documents, {boot['resamples']} resamples, seed {boot['seed']}")
+    return "\n".join(out) + "\n"
+
+
+def _fmt_signed(e: Mapping[str, Any]) -> tuple[str, str]:
+    ci = e.get("ci95")
+    return f"{e['value']:+.4f}", (f"[{ci[0]:+.4f}, {ci[1]:+.4f}]" if ci else "-")

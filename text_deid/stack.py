@@ -4,12 +4,16 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from text_deid import merge, safe_harbor
 from text_deid.detectors import Detector
 from text_deid.spans import DetectorError, KnownIdentifier, Span
+
+
+# A span filter takes a text's spans and the text, and returns the spans to keep (e.g. validation).
+SpanFilter = Callable[[list[Span], str], list[Span]]
 
 
 def _known() -> Detector:
@@ -24,17 +28,47 @@ def _patterns() -> Detector:
     return PatternDetector()
 
 
-# Detector name → factory. Later layers (gazetteer, ner, llm) register here.
-DETECTORS: dict[str, Callable[[], Detector]] = {"known": _known, "patterns": _patterns}
+def _gazetteer() -> Detector:
+    from text_deid.detectors.gazetteer import GazetteerDetector
+
+    return GazetteerDetector()
+
+
+def _validation() -> SpanFilter:
+    from text_deid.validation import validate
+
+    return validate
+
+
+def _ner() -> Detector:
+    try:
+        from text_deid.detectors.ner import NerDetector, NerUnavailable
+    except ImportError as e:  # pragma: no cover - the module itself only needs the standard library
+        raise StackUnavailable(f"ner: cannot import the NER detector ({type(e).__name__})") from None
+    try:
+        return NerDetector()
+    except NerUnavailable as e:
+        raise StackUnavailable(str(e)) from None
+
+
+# Detector name → factory. Later layers (ner, llm) register here.
+DETECTORS: dict[str, Callable[[], Detector]] = {"known": _known, "patterns": _patterns, "gazetteer": _gazetteer, "ner": _ner}
+
+# Filter name → factory of a span filter, applied before the union merge.
+FILTERS: dict[str, Callable[[], SpanFilter]] = {"validation": _validation}
 
 # Stack name → detector names (../shared/DESIGN.md).
 STACKS: dict[str, tuple[str, ...]] = {
     "patterns": ("known", "patterns"),
+    "ner-only": ("known", "patterns", "ner"),  # for measurement: what the NER adds to patterns
     "no-llm": ("known", "patterns", "gazetteer", "ner"),
     "precision-first": ("known", "patterns", "llm"),
     "recall-first": ("known", "patterns", "ner", "llm"),
     "balanced": ("known", "patterns", "ner", "llm", "llm-second-opinion"),
+    "gazetteer": ("known", "patterns", "gazetteer"),  # the no-llm stack without NER, for ablations
 }
+# Stack name → filters run on its spans before the merge; stacks not named here have none.
+STACK_FILTERS: dict[str, tuple[str, ...]] = {name: ("validation",) for name in ("no-llm", "recall-first", "balanced", "gazetteer")}
 DEFAULT_STACK = "patterns"
 DETECTOR_TIMEOUT_S = 300.0
 
@@ -48,6 +82,7 @@ class TextStack:
     name: str
     detectors: list[Detector]
     timeout_s: float = DETECTOR_TIMEOUT_S
+    filters: list[SpanFilter] = field(default_factory=list)
 
     def detect_many(self, texts: Sequence[str], known: Sequence[KnownIdentifier],
                     timings: dict[str, float] | None = None) -> list[list[Span]]:
@@ -78,6 +113,8 @@ class TextStack:
         for i, text in enumerate(texts):
             spans = [s for found in per_detector for s in found[i]]
             _check_offsets(spans, len(text))
+            for span_filter in self.filters:
+                spans = span_filter(spans, text)
             results.append(merge.union(safe_harbor.filter_spans(spans, text)))
         return results
 
@@ -105,4 +142,5 @@ def build_stack(name: str | None = None) -> TextStack:
     missing = [d for d in STACKS[name] if d not in DETECTORS]
     if missing:
         raise StackUnavailable(f"stack {name!r} needs detectors that are not available here: {', '.join(missing)}")
-    return TextStack(name, [DETECTORS[d]() for d in STACKS[name]])
+    return TextStack(name, [DETECTORS[d]() for d in STACKS[name]],
+                     filters=[FILTERS[f]() for f in STACK_FILTERS.get(name, ())])

@@ -1,0 +1,134 @@
+"""Validation layer: second thoughts on the spans of list- and model-based detectors, before the union merge.
+
+* Medical look-alikes (`data/medical_lookalikes.txt`): a gazetteer or NER span that is only an eponym,
+  drug or device ("Parkinson", "Foley", "Lasix"), or lies inside a clinical phrase ("Wells score",
+  "New York Heart Association"), is dropped unless the text gives it name context ("Dr. Parkinson").
+* Conflicts: spans of protected detectors (known identifiers, patterns) are never dropped and always
+  win: an overlapping weaker span keeps only its parts outside them. Among the others, a name or
+  organization overlapping a facility becomes part of one location span; otherwise the longer span wins.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+from text_deid.spans import Span
+
+PROTECTED = frozenset({"known", "patterns"})
+TITLE_BEFORE_RE = re.compile(r"\b(?:Dr|Mr|Mrs|Ms|Miss|Mx|Prof|Doctor|Professor|Nurse)\.?\s*$")
+TITLE_START_RE = re.compile(r"^(?:Dr|Mr|Mrs|Ms|Miss|Mx|Prof|Doctor|Professor|Nurse)\b\.?\s")
+POSSESSIVE_RE = re.compile(r"(?:['’]s|s['’]|['’])$")
+FACILITY_RE = re.compile(r"\b(?:Hospital|Hosp|Clinic|Medical|Med|Center|Centre|Health|Healthcare|Infirmary|"
+                         r"Memorial|General|Institute|VA)\b", re.IGNORECASE)
+WORD_RE = re.compile(r"[A-Za-z0-9]")
+
+
+@dataclass(frozen=True)
+class Lookalikes:
+    alone: frozenset[str]  # lowercase: eponyms, drugs, devices that are medical on their own
+    before_head: frozenset[str]  # eponyms that are medical only before a head word
+    heads: frozenset[str]
+    phrases: re.Pattern
+
+
+def _data_path(name: str) -> Path:
+    return Path(str(resources.files("text_deid") / "data" / name))
+
+
+@lru_cache(maxsize=1)
+def lookalikes() -> Lookalikes:
+    """The whitelist, loaded once."""
+    sections: dict[str, list[str]] = {}
+    current = ""
+    for line in _data_path("medical_lookalikes.txt").read_text(encoding="utf-8").splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        if line.startswith("["):
+            current = line.strip("[] ")
+            continue
+        sections.setdefault(current, []).append(line.strip())
+
+    def words(name: str) -> frozenset[str]:
+        return frozenset(w.lower() for line in sections.get(name, []) for w in line.split())
+
+    alone = words("eponyms") | words("drugs") | words("devices")
+    before_head = alone | words("eponyms-before-head")
+    heads = words("heads")
+    eponym_alt = "|".join(sorted((re.escape(w) for w in before_head), key=len, reverse=True))
+    head_alt = "|".join(sorted((re.escape(w) for w in heads), key=len, reverse=True))
+    phrase_alt = "|".join(re.escape(p).replace(r"\ ", r"[\s-]+").replace("'", "['’]") for p in
+                          sorted(sections.get("phrases", []), key=len, reverse=True))
+    phrases = re.compile(
+        rf"\b(?:{phrase_alt}|(?:{eponym_alt})(?:['’]s|s['’]|['’])?(?:[\s-]+(?:{eponym_alt})(?:['’]s)?)*"
+        rf"(?:\s+[a-z]+)?\s+(?:{head_alt}))\b", re.IGNORECASE)
+    return Lookalikes(alone, before_head, heads, phrases)
+
+
+def has_name_context(text: str, span: Span) -> bool:
+    """A title right before the span or at its start: "Dr. Parkinson"."""
+    return bool(TITLE_BEFORE_RE.search(text[max(0, span.start - 12):span.start])
+                or TITLE_START_RE.match(text[span.start:span.end]))
+
+
+def is_lookalike(text: str, span: Span, regions: list[tuple[int, int]]) -> bool:
+    """The span is a medical term on its own, or lies inside a clinical phrase, and has no name context."""
+    if has_name_context(text, span):
+        return False
+    covered = POSSESSIVE_RE.sub("", text[span.start:span.end].strip()).lower()
+    if covered in lookalikes().alone or all(w in lookalikes().alone for w in re.split(r"[\s-]+", covered) if w):
+        return True
+    return any(s <= span.start and span.end <= e for s, e in regions)
+
+
+def _is_facility(text: str, span: Span) -> bool:
+    return span.category == "GEOGRAPHIC_LOCATION" and bool(FACILITY_RE.search(text[span.start:span.end]))
+
+
+def _outside(span: Span, blockers: list[Span], text: str) -> list[Span]:
+    """The parts of `span` not covered by `blockers`, keeping only parts with a letter or digit."""
+    pieces = [(span.start, span.end)]
+    for b in blockers:
+        pieces = [p for s, e in pieces for p in ((s, min(e, b.start)), (max(s, b.end), e)) if p[1] > p[0]]
+    out = []
+    for s, e in pieces:
+        while s < e and not text[s].isalnum():
+            s += 1
+        while e > s and not text[e - 1].isalnum() and text[e - 1] != ".":
+            e -= 1
+        if e > s and WORD_RE.search(text[s:e]) and (e - s > 1):
+            out.append(Span(s, e, span.category, span.detector, span.confidence))
+    return out
+
+
+def validate(spans: list[Span], text: str) -> list[Span]:
+    """Spans after the whitelist and conflict rules; protected detectors' spans pass unchanged."""
+    protected = [s for s in spans if s.detector in PROTECTED]
+    others = [s for s in spans if s.detector not in PROTECTED]
+    if not others:
+        return list(spans)
+    regions = [(m.start(), m.end()) for m in lookalikes().phrases.finditer(text)]
+    others = [s for s in others if not is_lookalike(text, s, regions)]
+    others = _resolve(others, text)
+    trimmed = [p for s in others
+               for p in _outside(s, [b for b in protected if b.start < s.end and s.start < b.end], text)]
+    return sorted(protected + trimmed)
+
+
+def _resolve(spans: list[Span], text: str) -> list[Span]:
+    """Overlapping weaker spans: a facility absorbs what overlaps it; a span inside a longer one is dropped
+    (partial overlaps are left to the union merge, so no character is lost)."""
+    facilities = [s for s in spans if _is_facility(text, s)]
+    grown = []
+    for f in facilities:
+        parts = [s for s in spans if s.start < f.end and f.start < s.end]
+        grown.append(Span(min(p.start for p in parts), max(p.end for p in parts), f.category, f.detector,
+                          max(p.confidence for p in parts)))
+    rest = [s for s in spans if not any(s.start < g.end and g.start < s.end for g in grown)]
+    kept: list[Span] = []
+    for s in sorted(grown + rest, key=lambda s: (-(s.end - s.start), -s.confidence, s.start, s.detector)):
+        if not any(k.start <= s.start and s.end <= k.end for k in kept):
+            kept.append(s)
+    return sorted(kept)
