@@ -23,6 +23,8 @@ Design notes
 """
 from __future__ import annotations
 
+import sys
+from contextlib import contextmanager
 from typing import Iterable, Sequence
 
 import phonenumbers
@@ -30,22 +32,39 @@ import regex
 
 from text_deid.spans import DetectorError, KnownIdentifier, Span
 
-try:  # presidio pattern/validation reuse; see module docstring
+
+@contextmanager
+def _without_ml_frameworks():
+    """Import presidio without its optional torch/transformers engines.
+
+    presidio-analyzer's package import loads its Hugging Face NLP engine whenever transformers is
+    installed (about 10 s here), though this detector only needs its patterns and checksums. Hiding
+    torch and transformers for the duration of the import makes presidio skip that engine; they
+    import normally afterwards (the NER detector uses them).
+    """
+    hidden = {name: sys.modules.get(name) for name in ("torch", "transformers")}
+    for name in hidden:
+        sys.modules[name] = None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        for name, module in hidden.items():
+            if module is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
+
+
+with _without_ml_frameworks():  # presidio pattern/validation reuse; see module docstring
     from presidio_analyzer.predefined_recognizers import (
         CreditCardRecognizer,
         IpRecognizer,
         MedicalLicenseRecognizer,
+        UsNpiRecognizer,
         UsSsnRecognizer,
     )
     from presidio_analyzer.predefined_recognizers.generic.email_recognizer import EmailRecognizer
     from presidio_analyzer.predefined_recognizers.generic.url_recognizer import UrlRecognizer
-
-    try:
-        from presidio_analyzer.predefined_recognizers import UsNpiRecognizer
-    except ImportError:  # pragma: no cover - older presidio
-        UsNpiRecognizer = None
-except ImportError as exc:  # pragma: no cover
-    raise ImportError("text_deid.detectors.patterns needs presidio-analyzer") from exc
 
 DETECTOR = "patterns"
 
@@ -273,7 +292,7 @@ class PatternDetector:
         self._cc_rec = CreditCardRecognizer()
         self._ip_rec = IpRecognizer()
         self._dea_rec = MedicalLicenseRecognizer()
-        self._npi_rec = UsNpiRecognizer() if UsNpiRecognizer is not None else None
+        self._npi_rec = UsNpiRecognizer()
         self._cc = regex.compile(CreditCardRecognizer.PATTERNS[0].regex)
         # all of presidio's IP patterns except the one for the bare unspecified address "::"
         self._ips = [regex.compile(p.regex) for p in IpRecognizer.PATTERNS if not p.regex.startswith(r"(?<![\w:])::(?:/")]
@@ -462,7 +481,7 @@ class PatternDetector:
                     cat = c
                     break
             conf = 0.8
-        elif key == "npi" and self._npi_rec is not None:
+        elif key == "npi":
             conf = 0.95 if (len(digits) == 10 and self._npi_rec.validate_result(digits)) else 0.6
         elif key == "lic" and m.group(key).upper().startswith("DEA"):
             conf = 0.95 if self._dea_ok(val) else 0.6
