@@ -17,7 +17,7 @@ import os
 import re
 import time
 import uuid
-from concurrent.futures import Executor
+from concurrent.futures import BrokenExecutor, Executor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -29,7 +29,7 @@ from fhir_transforms.errors import InputError, RecordRefused
 
 log = logging.getLogger("deid_adapter.mllp")
 
-VT, FS, CR = 0x0B, 0x1C, 0x0D
+VT = 0x0B
 END_BLOCK = b"\x1c\r"
 DEFAULT_MAX_FRAME = 128 * 1024 * 1024
 READ_CHUNK = 256 * 1024
@@ -296,8 +296,11 @@ class MllpListener:
     (so queue order is each connection's order); connections run concurrently."""
 
     def __init__(self, deidentify: Callable[[str], str], store: AsyncStore, executor: Optional[Executor] = None,
-                 *, max_frame: int = DEFAULT_MAX_FRAME, partial_timeout: float = 60.0, stats: Optional[Stats] = None):
+                 *, max_frame: int = DEFAULT_MAX_FRAME, partial_timeout: float = 60.0, stats: Optional[Stats] = None,
+                 on_fatal: Callable[[], None] = lambda: None):
         self.deidentify = deidentify
+        self.on_fatal = on_fatal
+        self.failure: Optional[str] = None  # set when the service cannot go on (its workers died)
         self.store = store
         self.executor = executor
         self.max_frame = max_frame
@@ -390,6 +393,12 @@ class MllpListener:
             self.stats.rejected += 1
             log.warning("connection %d: message %s refused: %s", cid, _cid(header), e)
             ack = build_ack(header, "AR", f"refused by de-identification: {e}", 207)
+        except BrokenExecutor:
+            self.stats.rejected += 1
+            self.failure = "the de-identification workers died"
+            log.error("connection %d: message %s: %s; stopping", cid, _cid(header), self.failure)
+            self.on_fatal()
+            ack = build_ack(header, "AR", "internal error; resend later", 207)
         except Exception as e:  # noqa: BLE001 - a bug or a full disk must not cost the connection
             self.stats.rejected += 1
             log.error("connection %d: message %s: internal error %s", cid, _cid(header), type(e).__name__)
@@ -397,15 +406,12 @@ class MllpListener:
         return ack.encode(codec, "replace")
 
     async def _accept(self, header: Header, decoded: Decoded) -> str:
-        if await self.store.seen(header.sender, header.control_id):
-            self.stats.duplicates += 1
-            return build_ack(header, "AA")
         loop = asyncio.get_running_loop()
         out = await loop.run_in_executor(self.executor, self.deidentify, decoded.text)
         try:
             body = out.encode(decoded.codec)
         except UnicodeEncodeError:
-            raise InputError(f"the de-identified message cannot be written in its MSH-18 character set") from None
+            raise InputError("the de-identified message cannot be written in its MSH-18 character set") from None
         out_control_id = parse_header(out).control_id
         added = await self.store.enqueue(Incoming(header.sender, header.control_id, out_control_id,
                                                   decoded.codec, body))
@@ -517,8 +523,14 @@ class FolderTarget:
 
 class Forwarder:
     """Delivers queued messages in queue order; retries with capped exponential backoff while the target
-    is down. Marks a message delivered only after the target has it, so nothing is lost; after a crash
-    between the target's ACK and our mark, that one message is sent again (receivers de-dup by MSH-10)."""
+    is down. A message is marked delivered only after the target has it, so nothing is lost.
+
+    Marks are committed behind the delivery, not before the next one (a mark waiting behind an enqueue's
+    fsync would otherwise cap delivery at one message per fsync): after a crash, the messages the target
+    had ACKed in the last moments before it (at most MAX_UNMARKED) are sent again; receivers drop them by MSH-10.
+    """
+
+    MAX_UNMARKED = 64
 
     def __init__(self, store: AsyncStore, target, *, backoff_initial: float = 0.1, backoff_cap: float = 30.0,
                  stats: Optional[Stats] = None):
@@ -526,49 +538,75 @@ class Forwarder:
         self.backoff_initial, self.backoff_cap = backoff_initial, backoff_cap
         self.stats = stats or Stats()
         self._stop = asyncio.Event()
+        self._unmarked: list[int] = []
+        self._marking: Optional[asyncio.Task] = None
 
     async def run(self) -> None:
+        after = 0  # queue ids only grow: everything up to here is delivered or parked, marked or not yet
         backoff = self.backoff_initial
-        while not self._stop.is_set():
-            self.store.new_message.clear()
-            batch = await self.store.pending()
-            if not batch:
-                await self._wait(self.store.new_message, 1.0)
-                continue
-            for item in batch:
-                while True:
-                    outcome, code = await self.target.deliver(item)
-                    if outcome == DELIVERED:
-                        await self.store.mark_delivered([item.id])
-                        self.stats.delivered += 1
-                        backoff = self.backoff_initial
-                        break
-                    if outcome == PARK:
-                        await self.store.park(item, code)
-                        self.stats.parked += 1
-                        log.warning("forward: %s answered %s for message %s; parked", self.target, code,
-                                    _cid_text(item.control_id))
-                        break
+        try:
+            while not self._stop.is_set():
+                self.store.new_message.clear()
+                batch = await self.store.pending(after)
+                if not batch:
+                    await _wait(self.store.new_message, 1.0)
+                    continue
+                for item in batch:
+                    while True:
+                        outcome, code = await self.target.deliver(item)
+                        if outcome == DELIVERED:
+                            await self._mark(item.id)
+                            self.stats.delivered += 1
+                            backoff = self.backoff_initial
+                            break
+                        if outcome == PARK:
+                            await self.store.park(item, code)
+                            self.stats.parked += 1
+                            log.warning("forward: %s answered %s for message %s; parked", self.target, code,
+                                        _cid_text(item.control_id))
+                            break
+                        if self._stop.is_set():
+                            return
+                        log.info("forward: %s unavailable (%s); retry in %.1f s", self.target,
+                                 code or "no answer", backoff)
+                        await _wait(self._stop, backoff)
+                        backoff = min(self.backoff_cap, backoff * 2)
+                    after = item.id
                     if self._stop.is_set():
                         return
-                    log.info("forward: %s unavailable (%s); retry in %.1f s", self.target, code or "no answer",
-                             backoff)
-                    await self._wait(self._stop, backoff)
-                    backoff = min(self.backoff_cap, backoff * 2)
-                if self._stop.is_set():
-                    return
+        finally:
+            await self._flush_marks()
+
+    async def _mark(self, item_id: int) -> None:
+        if self._marking is not None and self._marking.done():
+            self._marking.result()  # a failed mark stops the forwarder rather than pass unseen
+        self._unmarked.append(item_id)
+        if len(self._unmarked) >= self.MAX_UNMARKED:
+            await self._flush_marks()
+        elif self._marking is None or self._marking.done():
+            self._marking = asyncio.create_task(self._flush_marks())
+
+    async def _flush_marks(self) -> None:
+        """Commit every pending mark (one transaction for all that piled up meanwhile)."""
+        if self._marking is not None and not self._marking.done() and self._marking is not asyncio.current_task():
+            await self._marking
+        while self._unmarked:
+            ids, self._unmarked = self._unmarked, []
+            await self.store.mark_delivered(ids)
 
     async def stop(self) -> None:
         """Finish the delivery in hand, then stop."""
         self._stop.set()
         self.store.new_message.set()  # wakes an idle wait
 
-    @staticmethod
-    async def _wait(event: asyncio.Event, timeout: float) -> None:
-        try:
-            await asyncio.wait_for(event.wait(), timeout)
-        except asyncio.TimeoutError:
-            pass
+
+
+async def _wait(event: asyncio.Event, timeout: float) -> None:
+    """Until `event` is set or `timeout` seconds have passed."""
+    try:
+        await asyncio.wait_for(event.wait(), timeout)
+    except asyncio.TimeoutError:
+        pass
 
 
 def _cid_text(control_id: str) -> str:
@@ -596,17 +634,21 @@ def make_target(forward: str, ack_timeout: float = 30.0):
 
 async def serve(deidentify: Callable[[str], str], listen: tuple[str, int], target, store_path: Path, *,
                 executor: Optional[Executor] = None, stop: Optional[asyncio.Event] = None,
-                max_frame: int = DEFAULT_MAX_FRAME, backoff_cap: float = 30.0, dedupe_window_s: float = 7 * 86400,
+                max_frame: int = DEFAULT_MAX_FRAME, backoff_cap: float = 30.0, dedupe_window_s: float = 86400.0,
                 stats_every_s: float = 30.0, on_ready: Optional[Callable[[tuple[str, int]], None]] = None) -> Stats:
     """Run listener and forwarder until `stop` is set: then stop accepting, finish in-flight messages and the
-    delivery in hand, and checkpoint the queue."""
+    delivery in hand, and checkpoint the queue. RuntimeError when it had to stop (its workers died)."""
     stop = stop or asyncio.Event()
     stats = Stats()
     store = AsyncStore(store_path)
     pruned = await store.prune_received(dedupe_window_s)
-    listener = MllpListener(deidentify, store, executor, max_frame=max_frame, stats=stats)
+    listener = MllpListener(deidentify, store, executor, max_frame=max_frame, stats=stats, on_fatal=stop.set)
     forwarder = Forwarder(store, target, backoff_cap=backoff_cap, stats=stats)
-    address = await listener.start(*listen)
+    try:
+        address = await listener.start(*listen)
+    except OSError:
+        await store.close()
+        raise
     counts = await store.counts()
     log.info("listening on %s:%d, forwarding to %s; %d queued, %d parked, %d old control ids forgotten",
              address[0], address[1], target, counts["queued"], counts["parked"], pruned)
@@ -616,7 +658,7 @@ async def serve(deidentify: Callable[[str], str], listen: tuple[str, int], targe
     last_stats = time.monotonic()
     try:
         while not stop.is_set():
-            await Forwarder._wait(stop, min(stats_every_s, 60.0))
+            await _wait(stop, min(stats_every_s, 60.0))
             if forwarding.done():
                 forwarding.result()  # surfaces a crash of the forwarder instead of queuing forever
             if time.monotonic() - last_stats >= stats_every_s:
@@ -633,4 +675,6 @@ async def serve(deidentify: Callable[[str], str], listen: tuple[str, int], targe
         counts = await store.counts()
         await store.close()
         log.info("stopped: %s; %d still queued, %d parked", stats.line(), counts["queued"], counts["parked"])
+    if listener.failure:
+        raise RuntimeError(listener.failure)
     return stats

@@ -6,6 +6,7 @@ import logging
 import multiprocessing
 import os
 import signal
+import sqlite3
 import sys
 import threading
 import time
@@ -15,7 +16,7 @@ from typing import Callable, Optional
 
 import typer
 
-from adapter import mllp
+from adapter import mllp as edge
 
 _ENGINE: Optional[Callable[[str], str]] = None  # set before the worker pool forks; workers inherit it
 
@@ -75,38 +76,45 @@ def mllp(
                                             help="Key file (or DEID_ADAPTER_KEY_FILE).", show_envvar=True),
     llm_url: Optional[str] = typer.Option(None, "--llm-url", envvar="DEID_ADAPTER_LLM_URL"),
     llm_model: Optional[str] = typer.Option(None, "--llm-model", envvar="DEID_ADAPTER_LLM_MODEL"),
-    workers: int = typer.Option(os.cpu_count() or 1, "--workers", help="De-identification processes (0: a thread)."),
-    max_message_bytes: int = typer.Option(mllp.DEFAULT_MAX_FRAME, "--max-message-bytes",
+    workers: Optional[int] = typer.Option(None, "--workers", help="De-identification processes; default: one per "
+                                                                  "CPU; 0: one thread of this process."),
+    max_message_bytes: int = typer.Option(edge.DEFAULT_MAX_FRAME, "--max-message-bytes",
                                           help="Larger frames are answered AR and skipped."),
     ack_timeout: float = typer.Option(30.0, "--ack-timeout", help="Seconds to wait for the downstream ACK."),
     retry_max_delay: float = typer.Option(30.0, "--retry-max-delay", help="Cap of the retry backoff (seconds)."),
-    dedupe_hours: float = typer.Option(168.0, "--dedupe-hours",
+    dedupe_hours: float = typer.Option(24.0, "--dedupe-hours",
                                        help="How long a sender's MSH-10 is remembered to drop its resends."),
 ) -> None:
     """Receive HL7v2 over MLLP; de-identify each message, queue it durably, ACK AA, and forward it downstream.
 
-    Answers AE (cannot be de-identified as given) or AR (bad frame, no MSH, unsupported MSH-18, refused, queue
-    unavailable) with an ERR that names the problem, never a value. SIGTERM or Ctrl-C: stop accepting, finish
-    the messages in hand, flush the queue, exit 0.
+    AE: the message cannot be de-identified as given. AR: bad frame, no MSH, unsupported MSH-18, too large, refused, or the queue is unavailable. The ERR segment names the problem, never a value.
+
+    SIGTERM or Ctrl-C: stop accepting, finish the messages in hand, flush the queue, exit 0.
     """
     from adapter.cli import fail
 
     try:
-        listen_at = mllp.parse_address(listen)
+        listen_at = edge.parse_address(listen)
     except ValueError as e:
         fail(f"--listen: {e}")
-    target = mllp.make_target(forward, ack_timeout)
+    target = edge.make_target(forward, ack_timeout)
     global _ENGINE
     _ENGINE = _hl7_engine(key_file, profile, stack)
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                         format="%(asctime)s deid-adapter mllp %(levelname)s %(message)s")
+    workers = (os.cpu_count() or 1) if workers is None else workers
     pool = make_pool(workers)
     deidentify = _deidentify_in_worker if workers > 0 else _ENGINE
     try:
         asyncio.run(_run(deidentify, listen_at, target, store, pool, max_message_bytes, retry_max_delay,
                          dedupe_hours * 3600))
     except OSError as e:
-        fail(f"cannot listen on {listen} or open {store}: {e.strerror or e}")
+        fail(f"cannot listen on {listen}: {e.strerror or e}")
+    except sqlite3.Error as e:
+        fail(f"{store}: cannot use the queue: {e}")
+    except RuntimeError as e:
+        typer.echo(f"deid-adapter: mllp stopped: {e}", err=True)
+        raise typer.Exit(1)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
@@ -116,5 +124,5 @@ async def _run(deidentify, listen_at, target, store, pool, max_frame, backoff_ca
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await mllp.serve(deidentify, listen_at, target, store, executor=pool, stop=stop, max_frame=max_frame,
+    await edge.serve(deidentify, listen_at, target, store, executor=pool, stop=stop, max_frame=max_frame,
                      backoff_cap=backoff_cap, dedupe_window_s=dedupe_window_s)

@@ -95,15 +95,10 @@ class Store:
                 added.append(True)
         return added
 
-    def seen(self, sender: str, control_id: str) -> bool:
-        """Whether this (sender, MSH-10) was queued within the de-dup window."""
-        return bool(control_id) and self.db.execute(
-            "SELECT 1 FROM received WHERE sender = ? AND control_id = ?", (sender, control_id)).fetchone() is not None
-
-    def pending(self, limit: int = 256) -> list[Queued]:
-        """The oldest queued messages, in delivery order."""
-        rows = self.db.execute("SELECT id, control_id, charset, body FROM queue ORDER BY id LIMIT ?",
-                               (limit,)).fetchall()
+    def pending(self, after_id: int = 0, limit: int = 256) -> list[Queued]:
+        """The oldest queued messages after `after_id`, in delivery order."""
+        rows = self.db.execute("SELECT id, control_id, charset, body FROM queue WHERE id > ? ORDER BY id LIMIT ?",
+                               (after_id, limit)).fetchall()
         return [Queued(*r) for r in rows]
 
     def mark_delivered(self, ids: list[int]) -> None:
@@ -187,11 +182,8 @@ class AsyncStore:
             if any(added):
                 self.new_message.set()
 
-    async def seen(self, sender: str, control_id: str) -> bool:
-        return await self._call(self.store.seen, sender, control_id)
-
-    async def pending(self, limit: int = 256) -> list[Queued]:
-        return await self._call(self.store.pending, limit)
+    async def pending(self, after_id: int = 0, limit: int = 256) -> list[Queued]:
+        return await self._call(self.store.pending, after_id, limit)
 
     async def mark_delivered(self, ids: list[int]) -> None:
         await self._call(self.store.mark_delivered, ids)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from pathlib import Path
 
@@ -339,3 +340,68 @@ def test_downstream_down_at_start_then_up(tmp_path):
 def test_forward_target_kind(tmp_path, text, ok):
     target = mllp.make_target(text if ok else str(tmp_path / text))
     assert isinstance(target, mllp.MllpTarget if ok else mllp.FolderTarget)
+
+
+def test_stop_finishes_the_message_in_hand_and_keeps_it_queued(tmp_path):
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        started = asyncio.Event()
+
+        def slow_deidentify(text: str) -> str:
+            loop.call_soon_threadsafe(started.set)
+            time.sleep(0.5)
+            return fake_deidentify(text)
+
+        stop = asyncio.Event()
+        ready = loop.create_future()
+        target = mllp.MllpTarget(HOST, 9, ack_timeout=0.2, connect_timeout=0.2)  # discard port: never answers
+        task = asyncio.create_task(mllp.serve(slow_deidentify, (HOST, 0), target, tmp_path / "q.sqlite",
+                                              stop=stop, backoff_cap=0.2, on_ready=ready.set_result))
+        port = (await ready)[1]
+        s = MllpSender(port)
+        sending = asyncio.create_task(s.send(adt("INFLIGHT-1")))
+        await started.wait()
+        stop.set()  # what SIGTERM does: arrives while the message is being de-identified
+        code = await sending
+        stats = await asyncio.wait_for(task, 10)
+        with pytest.raises(OSError):
+            await asyncio.open_connection(HOST, port)  # no longer accepting
+        await s.close()
+        return code, stats
+
+    code, stats = run(scenario())
+    assert code == "AA" and stats.accepted == 1
+    from adapter.mllp_store import Store
+    assert [q.control_id for q in Store(tmp_path / "q.sqlite").pending()] == ["INFLIGHT-1"]
+
+
+def test_cli_rejects_a_bad_listen_address(test_key_file):
+    from tests.conftest import run_cli
+    proc = run_cli("mllp", "--listen", "nowhere", "--forward", "127.0.0.1:1", key_file=test_key_file)
+    assert proc.returncode == 2 and "--listen" in proc.stderr
+
+
+def _die(text: str) -> str:
+    os._exit(1)
+
+
+def test_dead_workers_stop_the_service_and_the_message_is_not_acked_aa(tmp_path):
+    from concurrent.futures import ProcessPoolExecutor
+    import multiprocessing
+
+    async def scenario():
+        pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork"))
+        stop = asyncio.Event()
+        ready = asyncio.get_running_loop().create_future()
+        task = asyncio.create_task(mllp.serve(_die, (HOST, 0), mllp.FolderTarget(tmp_path / "out"),
+                                              tmp_path / "q.sqlite", executor=pool, stop=stop,
+                                              on_ready=ready.set_result))
+        s = MllpSender((await ready)[1])
+        code = await s.send(adt("W-1"))
+        await s.close()
+        with pytest.raises(RuntimeError, match="workers died"):
+            await asyncio.wait_for(task, 10)
+        pool.shutdown()
+        return code
+
+    assert run(scenario()) == "AR"

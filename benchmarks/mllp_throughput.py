@@ -1,0 +1,253 @@
+"""MLLP throughput on loopback: end to end next to the raw MLLP echo rate of the same socket code.
+
+End to end: `deid-adapter mllp` as a process (HL7v2 engine, patterns stack, worker pool, SQLite queue with
+FULL sync, forwarder) between senders and a downstream MLLP receiver that live in this process.
+Echo: the same listener socket loop and framing, answering each frame with an ACK at once (no engine, no queue).
+Two mixes, each message sent with a fresh MSH-10: `adt`, a short ADT^A01 (about 300 bytes, a typical real-time
+ADT feed), and `samples`, the shared HL7v2 samples the engine accepts (0.2-35 KB, long ORUs and ADTs with many
+IN1/NK1). The engine alone (one process, in-process calls) is timed too, to show where the time goes.
+
+Run: .venv/bin/python benchmarks/mllp_throughput.py [--adt 3000] [--samples 300] [--connections 8] [--workers N]
+Prints messages/s for each and the ratio end to end / echo (target: at least 1,000 messages/s end to end).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import multiprocessing
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from adapter.mllp import (FrameDecoder, MllpListener, MllpTarget, build_ack, frame, parse_header,  # noqa: E402
+                          read_ack, serve)
+
+SAMPLES = ROOT.parent / "shared" / "data" / "hl7v2"
+HOST = "127.0.0.1"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def load_messages(key_file: Path) -> list[str]:
+    """The shared sample messages the engine de-identifies without refusal (MSH-10 replaced per send)."""
+    from adapter.hl7_message import decode_bytes, parse_text
+    from adapter.mllp_cli import _hl7_engine
+    from fhir_transforms.errors import InputError, RecordRefused
+
+    engine = _hl7_engine(key_file, "safe-harbor", "patterns")
+    out = []
+    for path in sorted(SAMPLES.glob("*.hl7")):
+        for item in parse_text(decode_bytes(path.read_bytes())):
+            if item.envelope:
+                continue
+            text = item.to_er7()
+            try:
+                engine(text)
+            except (InputError, RecordRefused):
+                continue
+            out.append(text)
+    return out
+
+
+def adt_message(n: int) -> str:
+    return (f"MSH|^~\\&|ADMIT|NORTH|EHR|SOUTH|20240101120000||ADT^A01^ADT_A01|A{n}|P|2.5.1\r"
+            f"EVN|A01|20240101120000\r"
+            f"PID|1||{100000 + n}^^^NORTH^MR||DOE^JOHN^Q||19700101|M|||1 MAIN ST^^BOSTON^MA^02101||555-555-0100\r"
+            f"PV1|1|I|W1^101^A|||||||MED\r")
+
+
+def with_control_id(message: str, control_id: str) -> str:
+    seg, rest = message.split("\r", 1)
+    sep = seg[3]
+    fields = seg.split(sep)
+    fields += [""] * (10 - len(fields))
+    fields[9] = control_id
+    return sep.join(fields) + "\r" + rest
+
+
+async def send_all(port: int, payloads: list[bytes], connections: int) -> float:
+    """Send every payload (split over connections, one in flight per connection); seconds until all ACKed."""
+    async def one(chunk: list[bytes]) -> None:
+        reader, writer = await asyncio.open_connection(HOST, port)
+        decoder = FrameDecoder()
+        for p in chunk:
+            writer.write(frame(p))
+            await writer.drain()
+            answers: list = []
+            while not answers:
+                data = await asyncio.wait_for(reader.read(65536), 30)
+                if not data:
+                    raise ConnectionError("listener closed the connection")
+                answers = decoder.feed(data)
+            code, _ = read_ack(answers[0])
+            if code != "AA":
+                raise RuntimeError(f"answer {code}")
+        writer.close()
+
+    start = time.perf_counter()
+    await asyncio.gather(*(one(payloads[i::connections]) for i in range(connections)))
+    return time.perf_counter() - start
+
+
+class EchoListener(MllpListener):
+    """The listener's socket loop and framing; every frame is answered AA at once."""
+
+    async def _answer(self, cid: int, event) -> bytes:
+        return build_ack(parse_header(event.decode("latin-1")), "AA").encode("latin-1")
+
+
+def run_echo(port: int) -> None:
+    async def main():
+        listener = EchoListener(None, None)
+        await listener.start(HOST, port)
+        await asyncio.Event().wait()
+
+    asyncio.run(main())
+
+
+async def wait_listening(port: int, timeout: float = 60.0) -> None:
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            _, w = await asyncio.open_connection(HOST, port)
+            w.close()
+            return
+        except OSError:
+            if time.monotonic() > end:
+                raise
+            await asyncio.sleep(0.1)
+
+
+def run_edge_only(port: int, downstream_port: int, store: Path) -> None:
+    """The whole edge (listener, queue, forwarder) with an identity de-identifier, in this forked process."""
+    asyncio.run(serve(str, (HOST, port), MllpTarget(HOST, downstream_port), store))
+
+
+async def end_to_end(payloads: list[bytes], connections: int, workers: int, key_file: Path, tmp: Path,
+                     edge_only: bool = False):
+    received: set[str] = set()
+    done = asyncio.Event()
+
+    async def downstream(reader, writer):
+        decoder = FrameDecoder()
+        try:
+            while data := await reader.read(65536):
+                for p in decoder.feed(data):
+                    header = parse_header(p.decode("latin-1"))
+                    received.add(header.control_id)
+                    writer.write(frame(build_ack(header, "AA").encode("latin-1")))
+                    if len(received) == len(payloads):
+                        done.set()
+                await writer.drain()
+        except (asyncio.CancelledError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(downstream, HOST, 0)
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DEID_ADAPTER_")}
+    if edge_only:
+        proc = multiprocessing.get_context("fork").Process(
+            target=run_edge_only, args=(port, server.sockets[0].getsockname()[1], tmp / "edge.sqlite"), daemon=True)
+        proc.start()
+    else:
+            proc = subprocess.Popen([sys.executable, "-m", "adapter.cli", "mllp", "--listen", f"{HOST}:{port}",
+                                 "--forward", f"{HOST}:{server.sockets[0].getsockname()[1]}",
+                                 "--store", str(tmp / "queue.sqlite"), "--key-file", str(key_file),
+                                 "--stack", "patterns", "--workers", str(workers)],
+                                cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=open(tmp / "listener.log", "wb"))
+    try:
+        await wait_listening(port)
+        start = time.perf_counter()
+        acked = await send_all(port, payloads, connections)
+        await asyncio.wait_for(done.wait(), 120)
+        delivered = time.perf_counter() - start
+    finally:
+        if edge_only:
+            os.kill(proc.pid, signal.SIGTERM)
+            proc.join(30)
+        else:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(30)
+        server.close()
+    return acked, delivered
+
+
+def engine_rate(messages: list[str], key_file: Path) -> float:
+    """Messages/s of the HL7v2 engine alone, in this process, on up to 200 of the messages."""
+    from adapter.mllp_cli import _hl7_engine
+
+    engine = _hl7_engine(key_file, "safe-harbor", "patterns")
+    sample = messages[:200]
+    start = time.perf_counter()
+    for m in sample:
+        engine(m)
+    return len(sample) / (time.perf_counter() - start)
+
+
+def measure(name: str, messages: list[str], args, key_file: Path, tmp: Path) -> None:
+    payloads = [m.encode("utf-8") for m in messages]
+    n = len(payloads)
+    size = sum(map(len, payloads)) / n
+    echo_port = free_port()
+    echo = multiprocessing.get_context("fork").Process(target=run_echo, args=(echo_port,), daemon=True)
+    echo.start()
+    try:
+        asyncio.run(wait_listening(echo_port))
+        echo_s = asyncio.run(send_all(echo_port, payloads, args.connections))
+    finally:
+        echo.terminate()
+        echo.join(10)
+    engine = engine_rate(messages, key_file)
+    (tmp / name).mkdir()
+    acked_s, delivered_s = asyncio.run(end_to_end(payloads, args.connections, args.workers, key_file, tmp / name))
+    _, edge_s = asyncio.run(end_to_end(payloads, args.connections, args.workers, key_file, tmp / name, True))
+    print(f"\n[{name}] {n} messages, mean {size / 1024:.1f} KiB, {args.connections} connections, "
+          f"{os.cpu_count()} CPUs, {args.workers} de-identification workers")
+    print(f"  raw MLLP echo (same socket code):      {n / echo_s:8.0f} messages/s")
+    print(f"  HL7v2 engine alone, one process:       {engine:8.0f} messages/s")
+    print(f"  edge alone (identity de-identifier):   {n / edge_s:8.0f} messages/s, queued and delivered")
+    print(f"  end to end, ACKed to senders:          {n / acked_s:8.0f} messages/s")
+    print(f"  end to end, delivered downstream:      {n / delivered_s:8.0f} messages/s")
+    print(f"  ratio end to end / echo:               {echo_s / delivered_s:8.3f}")
+    print(f"  target >= 1000 messages/s end to end:  {'met' if n / delivered_s >= 1000 else 'NOT met'}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--adt", type=int, default=3000, help="messages in the short-ADT run (0: skip)")
+    parser.add_argument("--samples", type=int, default=300, help="messages in the shared-samples run (0: skip)")
+    parser.add_argument("--connections", type=int, default=8)
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    args = parser.parse_args()
+
+    import secrets
+    from tests.conftest import write_key  # a throwaway key in the conftest format
+
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        key_file = write_key(tmp / "bench.key", secrets.token_bytes(32))
+        if args.adt:
+            measure("adt", [adt_message(n) for n in range(args.adt)], args, key_file, tmp)
+        if args.samples:
+            samples = load_messages(key_file)
+            messages = [with_control_id(m, f"B{n:07d}") for n, m in zip(range(args.samples), itertools.cycle(samples))]
+            measure("samples", messages, args, key_file, tmp)
+
+
+if __name__ == "__main__":
+    main()
