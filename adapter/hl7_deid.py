@@ -13,15 +13,17 @@ from typing import Callable
 
 from adapter import hl7_message as er7
 from adapter.hl7_rules import (Datatype, DTMError, HL7Profile, Rule, dtm_age, dtm_full_date, dtm_shift, dtm_year,
-                               identifier_system, is_full_dtm)
+                               identifier_system, is_dtm, is_full_dtm)
 from fhir_transforms import dates, zipcodes
 from fhir_transforms.errors import InputError, RecordRefused
+from fhir_transforms.fpe import fpe_format, selects
 from fhir_transforms.pseudonym import Pseudonymizer
 from text_deid import leak_guard, replace
 from text_deid.spans import DetectorError, KnownIdentifier, Span
 from text_deid.stack import TextStack
 
 TEXT_PAYLOAD_SUBTYPES = ("PLAIN", "TEXT", "RTF", "HTML", "XML", "CDA", "X-HL7-CDA-LEVEL-ONE", "SGML", "JSON", "X-RTF")
+DATE_METHODS = ("year", "shift", "age90")
 LEAF_SEPARATOR = "\x00"  # between leaves in the leak guard's view of a field: no known form spans two leaves
 
 
@@ -50,6 +52,7 @@ class MessageWalk:
         self.notes: list[Note] = []
         self.offset_key = _patient_key(message, self.profile)
         self._open_note: tuple[str, Note] | None = None
+        self._fields: list[tuple[er7.Segment, int, list]] = []
 
     # --- segments and fields
     def run(self) -> None:
@@ -67,9 +70,15 @@ class MessageWalk:
                 f = er7.split_field(raw, self.d)
                 for rep in f:
                     self.rep(rule, rep, where, seg)
-                seg.set(n, er7.join_field(f, self.d))
-            if seg.sid == "MSH":
-                self._stamp(seg)
+                self._fields.append((seg, n, f))
+
+    def finish(self) -> None:
+        """Write every transformed field back into its segment (after the text stack wrote its notes)."""
+        for seg, n, f in self._fields:
+            seg.set(n, er7.join_field(f, self.d))
+        self._fields = []
+        if self.message.segments[0].sid == "MSH":
+            self._stamp(self.message.segments[0])
 
     def _rule(self, seg: er7.Segment, n: int) -> Rule:
         if seg.sid == "OBX" and n == 5:
@@ -137,14 +146,16 @@ class MessageWalk:
             for holder, j in leaves:
                 holder[j] = ""
             return
-        holder, j = leaves[0]
-        value = self._decoded(holder[j])
-        if not value.strip():
-            return
-        result = self.value(m, value, where, owner, rep, container)
-        holder[j] = "" if result is None else er7.escape(result, self.d)
+        for k, (holder, j) in enumerate(leaves):
+            value = self._decoded(holder[j])
+            # the method rules the first value; later ones only when they are dates too (TS-1, DR, a range)
+            if not value.strip() or (k and not (m in DATE_METHODS and is_dtm(value))):
+                continue
+            result = self.value(m, value, where, owner, rep, container, rule.options)
+            holder[j] = "" if result is None else er7.escape(result, self.d)
 
-    def value(self, m: str, value: str, where: str, owner: str | None, rep, container) -> str | None:
+    def value(self, m: str, value: str, where: str, owner: str | None, rep, container,
+              options: dict | None = None) -> str | None:
         """One value through one method; None removes it. Values that do not fit the method are removed."""
         if m in ("year", "shift", "age90"):
             try:
@@ -157,14 +168,17 @@ class MessageWalk:
             except (DTMError, dates.DateFormatError, ValueError):
                 return None
         if m == "zip3":
-            self.known.add(KnownIdentifier(value, "GEOGRAPHIC_LOCATION"))
+            if any(ch.isdigit() for ch in value):
+                self.known.add(KnownIdentifier(value, "GEOGRAPHIC_LOCATION"))
             return zipcodes.zip3(value)
         if m == "pseudonym":
             return self._pseudonym(value, owner, rep, container)
+        if m == "fpe":
+            return self._pseudonym(value, owner, rep, container, options or {})
         raise InputError(f"{where}: method {m!r} does not apply to HL7v2 values")
 
     def _age90(self, value: str) -> str | None:
-        if re.fullmatch(r"\d+(?:\.\d+)?", value.strip()):  # an age as a number (OBX NM)
+        if re.fullmatch(r"\d{1,3}(?:\.\d+)?", value.strip()):  # an age in years (OBX NM), not a date
             return "90" if float(value) >= 90 else value
         if dtm_age(value, self.deid.clock()) >= 90:
             return None
@@ -174,7 +188,7 @@ class MessageWalk:
     def _offset(self) -> int:
         return self.pseudo.day_offset(self.offset_key)
 
-    def _pseudonym(self, value: str, owner: str | None, rep, container) -> str | None:
+    def _pseudonym(self, value: str, owner: str | None, rep, container, fpe: dict | None = None) -> str | None:
         """CX-1 and EI-1 get the keyed identifier pseudonym, namespaced by the authority's FHIR system."""
         if container is not None:  # an EI inside a component (EIP): its parts are subcomponents
             parts = [self._decoded(s) for s in container]
@@ -190,7 +204,10 @@ class MessageWalk:
             id_type = ""
         if id_type.strip().upper() in self.profile.identifier_remove_types:
             return None
-        return self.pseudo.identifier(identifier_system(self.profile, ns, uid, kind), value)
+        system = identifier_system(self.profile, ns, uid, kind)
+        if fpe is not None and selects(fpe, {id_type}):  # the FHIR `fpe` namespace and tweak: one MRN maps the same
+            return self.pseudo.identifier_fpe(system, value, fpe_format(fpe))
+        return self.pseudo.identifier(system, value)
 
     # --- known identifiers
     def _record(self, datatype: str, comps: list[list[str]], where: str) -> None:
@@ -209,9 +226,11 @@ class MessageWalk:
             if parts:
                 add(KnownIdentifier(" ".join(parts), "NAME"))
         elif datatype == "XAD":
-            for i in (1, 2, 3, 5, 8, 9, 10):
+            for i in (1, 2, 3, 4, 5, 8, 9, 10):
                 for v in c(i):
-                    add(KnownIdentifier(v, "GEOGRAPHIC_LOCATION"))
+                    # two-letter state codes are kept by Safe Harbor; other short codes are not places
+                    if not re.fullmatch(r"[A-Za-z]{1,2}" if i == 4 else r"[A-Za-z]{1,3}", v.strip()):
+                        add(KnownIdentifier(v, "GEOGRAPHIC_LOCATION"))
             if len(c(1)) > 1:
                 add(KnownIdentifier(" ".join(c(1)), "GEOGRAPHIC_LOCATION"))
         elif datatype == "XTN":
@@ -229,9 +248,6 @@ class MessageWalk:
             for v in c(1):
                 id_type = (c(5) or [""])[0].upper()
                 add(KnownIdentifier(v, self.profile.identifier_categories.get(id_type, "UNIQUE_IDENTIFIER")))
-        elif datatype == "EI":
-            for v in c(1):
-                add(KnownIdentifier(v, "UNIQUE_IDENTIFIER"))
 
     # --- narrative
     def text(self, holder: list[str], j: int, where: str, owner: str | None, rep, seg: er7.Segment) -> None:
@@ -369,7 +385,8 @@ class HL7Deidentifier:
             raise RecordRefused(f"{where}: text detector failed: {e}") from None
         for note, spans in zip(notes, found):
             note.write(note, spans)
-        leaks = leak_guard.scan(_output_strings(message), known_ids)
+        walk.finish()
+        leaks = leak_guard.scan(_output_strings(message, self.profile.leak_guard_skip), known_ids)
         if leaks:
             shown = "; ".join(str(leak) for leak in leaks[:5])
             raise RecordRefused(f"{where}: leak guard refused the output: {len(leaks)} known identifier(s) survived: {shown}")
@@ -382,13 +399,13 @@ class HL7Deidentifier:
         return out
 
 
-def _output_strings(message: er7.Message):
+def _output_strings(message: er7.Message, skip: frozenset[str] = frozenset()):
     """Every field of the output as the leak guard reads it: leaves unescaped, ED text payloads decoded."""
     d = message.delimiters
     for k, seg in enumerate(message.segments, 1):
         for n in seg.numbers():
             raw = seg.get(n)
-            if not raw:
+            if not raw or f"{seg.sid}.{n}" in skip:
                 continue
             leaves = [er7.decode(s, d)[0] for r in er7.split_field(raw, d) for c in r for s in c]
             yield f"{seg.sid}[{k}]-{n}", LEAF_SEPARATOR.join(leaves)

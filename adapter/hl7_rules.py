@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 
 from fhir_transforms import dates
-from fhir_transforms.rules import METHODS, PROFILES, ProfileError
+from fhir_transforms.rules import METHODS, PROFILES, ProfileError, check_options
 
 MAPPINGS = Path(__file__).resolve().parent.parent / "mappings" / "hl7v2"
 # YYYY[MM[DD[HH[MM[SS[.S[S[S[S]]]]]]]]][+/-ZZZZ]
@@ -66,6 +66,14 @@ def dtm_age(value: str, on: date) -> int:
     return dates.age_in_years(dtm_to_fhir_date(value), on)
 
 
+def is_dtm(value: str) -> bool:
+    try:
+        _dtm(value)
+    except DTMError:
+        return False
+    return len(value.strip()) >= 6
+
+
 def is_full_dtm(value: str) -> bool:
     return bool(FULL_DTM_RE.match(value.strip()))
 
@@ -102,6 +110,7 @@ class HL7Profile:
     identifier_categories: dict[str, str]
     authorities: dict[str, str]
     key_id_field: str
+    leak_guard_skip: frozenset[str] = frozenset()
 
     def rule(self, sid: str, n: int) -> Rule:
         """The rule for field `n` of segment `sid`: listed, else the segment's default, else the unknown-segment one."""
@@ -127,7 +136,9 @@ def _rule(spec, where: str, datatypes: set[str]) -> Rule:
     method = spec.get("method")
     if method not in METHODS:
         raise ProfileError(f"{where}: unknown method {method!r} (known: {', '.join(sorted(METHODS))})")
-    return Rule(method=method, options={k: v for k, v in spec.items() if k != "method"})
+    options = {k: v for k, v in spec.items() if k != "method"}
+    check_options(method, options, where)
+    return Rule(method=method, options=options)
 
 
 def _raw(name: str) -> dict:
@@ -179,6 +190,7 @@ def load_hl7_profile(name: str) -> HL7Profile:
         identifier_categories=dict(ids.get("categories", {})),
         authorities={str(k): str(v) for k, v in (doc.get("assigning_authorities") or {}).items()},
         key_id_field=str(doc.get("key_id_field", "MSH.8")),
+        leak_guard_skip=frozenset(doc.get("leak_guard_skip", [])),
     )
 
 
