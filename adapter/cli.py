@@ -293,6 +293,7 @@ app.add_typer(service_cli.conformance_app, name="conformance")
 from adapter import bulk_cli  # noqa: E402
 
 app.command("bulk")(bulk_cli.bulk)
+from adapter import risk_cli; app.command("risk")(risk_cli.risk_command)  # noqa: E402,E702
 
 app.add_typer(audit_cli.audit_app, name="audit")
 app.add_typer(audit_cli.vault_app, name="vault")

@@ -1,0 +1,38 @@
+"""What the bulk tests share: the sample export, one reference run (local engine, one worker), tree comparison."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from adapter.bulk import deidentify_export
+from tests.conftest import FIXED_TODAY, SHARED, TEST_SECRET
+
+SAMPLE = SHARED / "fhir" / "bulk-ndjson"
+TODAY = FIXED_TODAY.isoformat()
+_REFERENCE: dict[str, Path] = {}
+
+
+def run_bulk(out: Path, root: Path = SAMPLE, **options) -> Path:
+    """A bulk run with the fixed test key and day; the log goes nowhere."""
+    options.setdefault("today", TODAY)
+    options.setdefault("stack", "patterns")
+    deidentify_export(root, out, TEST_SECRET, tty=False, log=lambda m: None, **options)
+    return out
+
+
+def reference_output(tmp_path_factory) -> Path:
+    """The sample de-identified once per session by the local engine with one worker (the bytes others must match)."""
+    if "ref" not in _REFERENCE:
+        _REFERENCE["ref"] = run_bulk(tmp_path_factory.mktemp("bulk-reference") / "out", workers=1)
+    return _REFERENCE["ref"]
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    """Every file under `root` (hidden work files included), by relative path."""
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def assert_same_tree(actual: Path, expected: Path, context: str = "") -> None:
+    a, e = tree(actual), tree(expected)
+    assert sorted(a) == sorted(e), context
+    differing = [name for name in e if a[name] != e[name]]
+    assert not differing, f"files differ: {differing} {context}"

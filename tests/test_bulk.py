@@ -1,0 +1,186 @@
+"""`deid-adapter bulk` with the local engine: same bytes on every run, patients linked across files,
+refusals reported without stopping the export, a summary without PHI, and resume after SIGKILL."""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import random
+import runpy
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from datetime import date
+from pathlib import Path
+
+import pytest
+
+from adapter.bulk import SUMMARY_NAME, WORK_DIR
+from fhir_transforms.keys import Key, key_id_for
+from fhir_transforms.pseudonym import Pseudonymizer
+from tests.bulk_support import SAMPLE, TODAY, assert_same_tree, reference_output, run_bulk
+from tests.conftest import ROOT, TEST_SECRET
+
+LEAK_TOOL = ROOT.parent / "shared" / "tools" / "fhir_leak.py"
+PSEUDO = Pseudonymizer(Key(key_id_for(TEST_SECRET), TEST_SECRET))
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> Path:
+    return reference_output(tmp_path_factory)
+
+
+def ndjson(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def patient_names(patient: dict) -> set[str]:
+    return {part for n in patient["name"] for part in n.get("given", []) + [n["family"]]}
+
+
+def note_text(doc_ref: dict) -> str:
+    return "".join(base64.b64decode(c["attachment"]["data"]).decode() for c in doc_ref["content"])
+
+
+def cli(*args: str, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "adapter.cli", *args], cwd=ROOT, capture_output=True, text=True, **kwargs)
+
+
+def test_layout_manifest_and_summary(reference):
+    names = sorted(p.name for p in reference.iterdir())
+    resource_files = sorted(p.name for p in SAMPLE.glob("*.ndjson") if p.name != "log.ndjson")
+    assert names == sorted(resource_files + ["manifest.json", SUMMARY_NAME])  # the client log is not copied
+    manifest = json.loads((reference / "manifest.json").read_text())
+    assert [o["url"] for o in manifest["output"]] == resource_files
+    assert manifest["transactionTime"] == "2024-08-06T18:12:57Z"  # the export's, from the client log: not the run's
+    summary = json.loads((reference / SUMMARY_NAME).read_text())
+    assert summary["resources"]["DocumentReference"] == 78 and summary["refused"] == {}
+    assert summary["skipped"] == [{"file": "log.ndjson", "reason": "no FHIR resources (a bulk client log); not copied"}]
+
+
+def test_rerun_with_other_workers_and_chunks_writes_the_same_bytes(reference, tmp_path):
+    assert_same_tree(run_bulk(tmp_path / "out", workers=2, chunk_bytes=16 * 1024), reference)
+    assert_same_tree(run_bulk(tmp_path / "out", workers=2, chunk_bytes=16 * 1024), reference)  # over its own output
+
+
+def test_a_note_is_masked_with_the_known_identifiers_of_a_patient_from_another_file(reference):
+    patients = {p["id"]: p for p in ndjson(SAMPLE / "Patient.000.ndjson")}
+    notes_in = ndjson(SAMPLE / "DocumentReference.000.ndjson")
+    notes_out = ndjson(reference / "DocumentReference.000.ndjson")
+    assert "Sumiko254 Larue605" in note_text(notes_in[0])  # the name is only in Patient.000.ndjson and the note
+    assert len(notes_out) == len(notes_in) == 78
+    for before, after in zip(notes_in, notes_out):
+        names = patient_names(patients[before["subject"]["reference"].split("/")[1]])
+        assert any(name in note_text(before) for name in names)
+        assert not [name for name in names if name in note_text(after)]
+
+
+def test_one_patient_shifts_by_one_offset_in_every_file(tmp_path):
+    out = run_bulk(tmp_path / "out", profile="longitudinal", workers=2)
+    patients = {p["id"] for p in ndjson(SAMPLE / "Patient.000.ndjson")}
+    starts = {"Encounter": lambda r: r["period"]["start"], "Condition": lambda r: r["onsetDateTime"],
+              "DocumentReference": lambda r: r["context"]["period"]["start"]}
+    shifts: dict[str, set[int]] = {}
+    for name, start in starts.items():
+        for r_in, r_out in zip(ndjson(SAMPLE / f"{name}.000.ndjson"), ndjson(out / f"{name}.000.ndjson")):
+            patient = r_in["subject"]["reference"].split("/")[1]
+            days = (date.fromisoformat(start(r_out)[:10]) - date.fromisoformat(start(r_in)[:10])).days
+            shifts.setdefault(patient, set()).add(days)
+    assert set(shifts) == patients
+    assert all(days == {PSEUDO.day_offset(p)} for p, days in shifts.items())
+    assert len({PSEUDO.day_offset(p) for p in patients}) > 1
+
+
+def test_independent_leak_check_finds_nothing(reference, tmp_path):
+    resources_only = tmp_path / "in"
+    shutil.copytree(SAMPLE, resources_only, ignore=shutil.ignore_patterns("log.ndjson"))
+    done = subprocess.run([sys.executable, str(LEAK_TOOL), str(resources_only), str(reference)], capture_output=True, text=True)
+    result = json.loads(done.stdout)
+    assert done.returncode == 0 and result["leaks"] == 0 and result["files"] == 9, result
+
+
+def test_summary_and_manifest_hold_no_phi(reference):
+    leak_tool = runpy.run_path(str(LEAK_TOOL))
+    phi = {v for p in SAMPLE.glob("*.ndjson") if p.name != "log.ndjson" for r in ndjson(p)
+           for _, v in leak_tool["phi_of"](r) if len(v) >= 3}
+    phi |= {r["id"] for p in SAMPLE.glob("*.ndjson") if p.name != "log.ndjson" for r in ndjson(p)}
+    for name in (SUMMARY_NAME, "manifest.json"):
+        text = (reference / name).read_text()
+        assert not [v for v in phi if v in text], name
+
+
+def refusing_export(tmp_path: Path) -> tuple[Path, str]:
+    root = tmp_path / "in"
+    shutil.copytree(SAMPLE, root)
+    condition = json.loads((SAMPLE / "Condition.000.ndjson").read_text().splitlines()[5])
+    condition["modifierExtension"] = [{"url": "http://example.org/unknown-modifier", "valueBoolean": True}]
+    lines = (root / "Condition.000.ndjson").read_text().splitlines()
+    lines[5] = json.dumps(condition)
+    (root / "Condition.000.ndjson").write_text("\n".join(lines) + "\n")
+    return root, condition["id"]
+
+
+def test_a_refused_resource_is_listed_and_the_rest_is_exported(tmp_path, test_key_file):
+    root, refused_id = refusing_export(tmp_path)
+    done = cli("bulk", str(root), str(tmp_path / "out"), "--key-file", str(test_key_file), "--today", TODAY,
+               "--workers", "1", "--stack", "patterns")
+    assert done.returncode == 3, done.stderr
+    summary = json.loads((tmp_path / "out" / SUMMARY_NAME).read_text())
+    assert summary["refused"] == {"unknown-modifier-extension": 1}
+    assert summary["refusals"] == [{"file": "Condition.000.ndjson", "line": 6, "id": PSEUDO.resource_id(refused_id),
+                                    "reason": "unknown-modifier-extension"}]
+    assert summary["resources"]["Condition"] == 210 and sum(summary["resources"].values()) == 588
+    assert refused_id not in (tmp_path / "out" / "Condition.000.ndjson").read_text()
+    assert not (tmp_path / "out" / WORK_DIR).exists()
+
+
+def test_fail_fast_stops_at_the_first_refusal(tmp_path, test_key_file):
+    root, _ = refusing_export(tmp_path)
+    done = cli("bulk", str(root), str(tmp_path / "out"), "--key-file", str(test_key_file), "--today", TODAY,
+               "--workers", "1", "--stack", "patterns", "--fail-fast")
+    assert done.returncode == 3 and "--fail-fast" in done.stderr
+    assert not (tmp_path / "out" / SUMMARY_NAME).exists()
+
+
+def test_not_an_export_is_bad_usage(tmp_path, test_key_file):
+    done = cli("bulk", str(SAMPLE / "Patient.000.ndjson"), str(tmp_path / "out"), "--key-file", str(test_key_file))
+    assert done.returncode == 2 and "not a folder" in done.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def journal_entries(out: Path) -> int:
+    path = out / WORK_DIR / "journal.ndjson"
+    return max(len(path.read_bytes().splitlines()) - 1, 0) if path.exists() else 0
+
+
+def test_killed_at_random_points_and_resumed_writes_the_same_bytes(reference, tmp_path, test_key_file):
+    """SIGKILL the whole run (driver and pool) several times, at random moments, then let it finish."""
+    seed = random.randrange(1 << 30)
+    rng = random.Random(seed)
+    out = tmp_path / "out"
+    args = [sys.executable, "-m", "adapter.cli", "bulk", str(SAMPLE), str(out), "--key-file", str(test_key_file),
+            "--today", TODAY, "--workers", "2", "--stack", "patterns", "--chunk-kb", "8"]
+    chunks = 0
+    kills = []
+    for attempt in range(3):
+        proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
+        # the first kill lands anywhere in the first seconds (start-up, pass 1 or pass 2); the others once
+        # the journal has passed a random number of chunks, so they land in pass 2
+        target = None if attempt == 0 else journal_entries(out) + rng.randint(1, 8)
+        deadline = time.monotonic() + (rng.uniform(0.5, 4.0) if attempt == 0 else 120)
+        while proc.poll() is None and time.monotonic() < deadline and (target is None or journal_entries(out) < target):
+            time.sleep(0.02)
+        time.sleep(rng.uniform(0, 0.2))
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            kills.append(journal_entries(out))
+        chunks = max(chunks, journal_entries(out))
+    assert kills and 0 < max(kills), f"no kill landed in pass 2 (seed {seed})"
+    done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "resuming" in done.stderr
+    assert_same_tree(out, reference, f"(seed {seed}, killed after {kills} journaled chunks)")
