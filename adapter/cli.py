@@ -95,16 +95,17 @@ def fhir(
         target = (output / rel.name if output.is_dir() else output) if single else output / rel
         try:
             f = fhir_files.read(path, rel)
-            results = []
+            results, audited = [], []
             for n, res in enumerate(f.resources, 1):
                 engine.validate = validate is Validation.full or (
                     validate is Validation.sample and _sampled(path, n))
                 where = f"{path}: line {n}" if f.ndjson else str(path)
                 result = engine.deidentify(res, where)
                 results.append(result.resource)
-                account.deidentified(res, result.resource, result.findings, where, res["resourceType"])
-            account.commit()  # the audit records are durable before the output exists
-            fhir_files.write_atomic(target, fhir_files.serialize(results, f.ndjson))
+                audited.append((res, result.findings, where))
+            data = fhir_files.serialize(results, f.ndjson)
+            audit_cli.record_file(account, audited, data, f.ndjson)  # durable before the output exists
+            fhir_files.write_atomic(target, data)
         except AuditError as e:
             fail(str(e))
         except fhir_files.NoResources as e:
