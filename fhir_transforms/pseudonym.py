@@ -1,17 +1,21 @@
 """The one pseudonym function of the project: keyed HMAC-SHA256, used by FHIR, HL7v2, text surrogates and bulk."""
 from __future__ import annotations
 
+import logging
 import re
 import uuid
+from collections import Counter
 from functools import lru_cache
 from typing import Callable, Optional
 
 from cryptography.hazmat.primitives import hashes, hmac
 
+from fhir_transforms.fpe import FormatPreservingCipher, FpeFallback, FpeFormat, derive_key
 from fhir_transforms.keys import Key
 
 UUID_RE = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 MAX_SHIFT_DAYS = 365
+fpe_log = logging.getLogger("deid_adapter.fpe")
 
 
 class Pseudonymizer:
@@ -22,6 +26,10 @@ class Pseudonymizer:
         self._secret = key.secret
         self.digest = lru_cache(maxsize=65536)(self._digest)
         self.on_issue = on_issue  # (namespace, original, pseudonym) for each pseudonym issued: the re-identification vault
+        self.fpe_fallbacks: Counter[str] = Counter()  # reason -> values given the keyed token instead of an FPE pseudonym
+        self._fpe_logged: set[tuple[str, str]] = set()
+        self._fpe: FormatPreservingCipher | None = None
+        self._fpe_encrypt = lru_cache(maxsize=65536)(self._fpe_encrypt_uncached)
 
     def _digest(self, namespace: str, value: str) -> bytes:
         mac = hmac.HMAC(self._secret, hashes.SHA256())
@@ -51,6 +59,33 @@ class Pseudonymizer:
     def identifier(self, system: str | None, value: str) -> str:
         """Pseudonym for an identifier value, namespaced by its system."""
         return self.token("identifier|" + (system or ""), value)
+
+    def fpe_cipher(self) -> FormatPreservingCipher:
+        """FF3-1 under the FPE key, derived from this key with HKDF (see fhir_transforms/fpe.py)."""
+        if self._fpe is None:
+            self._fpe = FormatPreservingCipher(derive_key(self._secret))
+        return self._fpe
+
+    def _fpe_encrypt_uncached(self, namespace: str, value: str, fmt: FpeFormat) -> str:
+        return self.fpe_cipher().encrypt(namespace, value, fmt)
+
+    def format_preserving(self, namespace: str, value: str, fmt: FpeFormat) -> str:
+        """A pseudonym of the value's own shape (FF3-1); the keyed token, counted and logged, when it cannot have one."""
+        try:
+            pseudonym = self._fpe_encrypt(namespace, value, fmt)
+        except FpeFallback as e:
+            self.fpe_fallbacks[e.reason] += 1
+            if (e.reason, namespace) not in self._fpe_logged:  # one line per reason and namespace; never the value
+                self._fpe_logged.add((e.reason, namespace))
+                fpe_log.warning("fpe: %s value in namespace %r: keyed pseudonym used instead", e.reason, namespace)
+            return self.token(namespace, value)
+        if self.on_issue:
+            self.on_issue(namespace, value, pseudonym)
+        return pseudonym
+
+    def identifier_fpe(self, system: str | None, value: str, fmt: FpeFormat) -> str:
+        """Format-preserving pseudonym for an identifier value, its tweak derived from its system."""
+        return self.format_preserving("identifier|" + (system or ""), value, fmt)
 
     def day_offset(self, patient_id: str) -> int:
         """The per-patient date shift in days, in [-365, 365] and never 0."""

@@ -29,6 +29,18 @@ def write_key(path: Path, secret: bytes) -> Path:
     return path
 
 
+@pytest.fixture(scope="session", autouse=True)
+def audit_state_home(tmp_path_factory):
+    """Commands record their audit trail (default ~/.local/state/deid-adapter) in a temporary folder, not the user's."""
+    previous = os.environ.get("XDG_STATE_HOME")
+    os.environ["XDG_STATE_HOME"] = str(tmp_path_factory.mktemp("state"))
+    yield Path(os.environ["XDG_STATE_HOME"])
+    if previous is None:
+        os.environ.pop("XDG_STATE_HOME", None)
+    else:
+        os.environ["XDG_STATE_HOME"] = previous
+
+
 @pytest.fixture(scope="session")
 def test_key_file(tmp_path_factory) -> Path:
     return write_key(tmp_path_factory.mktemp("keys") / "test.key", TEST_SECRET)

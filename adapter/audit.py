@@ -1,0 +1,562 @@
+"""The audit trail: one append-only, hash-chained, HMAC-signed record per de-identification, refusal, review
+decision and re-identification, stored with SQLAlchemy (SQLite by default, PostgreSQL by URL).
+
+A record holds who, when, what operation, SHA-256 of input and output, profile, rules version, stack and
+detector versions, the pseudonym key id, and where PHI was found (path, offsets, category, detector,
+confidence). It never holds covered text, an original value or a key. Each record holds the hash of the one
+before it; a signed head checkpoint names the last record, so a truncated tail is found too. Appends are
+serialized (SQLite `BEGIN IMMEDIATE`, PostgreSQL `SELECT … FOR UPDATE` on the head row) and committed
+(fsync) before the caller is answered, so any number of threads and processes keep one chain.
+"""
+from __future__ import annotations
+
+import getpass
+import hashlib
+import hmac
+import json
+import os
+import socket
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Optional, Sequence
+
+from sqlalchemy import (Column, Integer, MetaData, String, Table, Text, create_engine, event, insert, select, text,
+                        update)
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from fhir_transforms import keys
+
+AUDIT_ENV = "DEID_ADAPTER_AUDIT"
+AUDIT_KEY_ENV = "DEID_ADAPTER_AUDIT_KEY_FILE"
+ACTOR_ENV = "DEID_ADAPTER_ACTOR"
+GENESIS = "0" * 64
+OFF = "off"
+# The fields a record's hash covers, in this order. `seq` is only the storage order: the chain is the hashes.
+HASHED = ("time", "actor", "channel", "operation", "data_format", "input_sha256", "output_sha256", "profile",
+          "rules_version", "stack", "versions", "key_id", "findings", "detail", "audit_key_id", "prev_hash")
+PG_SCHEMA_LOCK = 0x6465_6964_6175_64  # pg_advisory_xact_lock id taken while creating tables: "deidaud"
+
+metadata = MetaData()
+records = Table(
+    "deid_audit_record", metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=False),
+    Column("time", String(40), nullable=False),
+    Column("actor", Text, nullable=False),
+    Column("channel", String(32), nullable=False),
+    Column("operation", String(32), nullable=False),
+    Column("data_format", String(32), nullable=False),
+    Column("input_sha256", String(64), nullable=False),
+    Column("output_sha256", String(64), nullable=False),
+    Column("profile", String(64), nullable=False),
+    Column("rules_version", String(64), nullable=False),
+    Column("stack", String(64), nullable=False),
+    Column("versions", Text, nullable=False),
+    Column("key_id", String(40), nullable=False),
+    Column("findings", Text, nullable=False),
+    Column("detail", Text, nullable=False),
+    Column("audit_key_id", String(40), nullable=False),
+    Column("prev_hash", String(64), nullable=False),
+    Column("record_hash", String(64), nullable=False),
+    Column("signature", String(64), nullable=False),
+)
+head = Table(
+    "deid_audit_head", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("seq", Integer, nullable=False),
+    Column("record_hash", String(64), nullable=False),
+    Column("audit_key_id", String(40), nullable=False),
+    Column("signature", String(64), nullable=False),
+)
+
+
+class AuditError(RuntimeError):
+    """The audit trail cannot be written or read: the caller must not answer as if the work were accounted for."""
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """What one record says, before the trail chains and signs it. Every field is free of PHI by construction."""
+
+    operation: str  # deidentify | refuse | review | reidentify | reidentify-denied
+    actor: str
+    channel: str  # cli | service | mllp | bulk | vault
+    data_format: str = ""  # fhir | hl7v2 | text
+    input_sha256: str = ""
+    output_sha256: str = ""
+    profile: str = ""
+    rules_version: str = ""
+    stack: str = ""
+    versions: dict | str = field(default_factory=dict)  # or its canonical JSON, when many entries share it
+    key_id: str = ""
+    findings: Sequence = ()  # [path, start, end, category, detector, confidence]
+    detail: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Break:
+    """The first place the chain does not hold: which record (its seq), what kind of break, and a sentence."""
+
+    seq: int
+    kind: str  # changed | wrong-signature | unknown-key | deleted | inserted | reordered | truncated | head
+    message: str
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    records: int
+    head_seq: int
+    head_hash: str
+    broken: Optional[Break] = None
+
+    @property
+    def ok(self) -> bool:
+        return self.broken is None
+
+    def to_json(self) -> dict:
+        out = {"ok": self.ok, "records": self.records, "head_seq": self.head_seq, "head_hash": self.head_hash}
+        if self.broken:
+            out["broken"] = {"seq": self.broken.seq, "kind": self.broken.kind, "message": self.broken.message}
+        return out
+
+
+# --- what goes into a record
+
+
+def sha256_of(data: bytes | str | dict | list | None) -> str:
+    """Hex SHA-256 of bytes as given, of str as UTF-8, of a JSON document in canonical form (sorted keys, no spaces)."""
+    if data is None:
+        return ""
+    if isinstance(data, (dict, list)):
+        data = canonical_json(data)
+    if isinstance(data, str):
+        data = data.encode()
+    return hashlib.sha256(data).hexdigest()
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def default_actor() -> str:
+    """DEID_ADAPTER_ACTOR, or the OS user at this host."""
+    actor = os.environ.get(ACTOR_ENV)
+    if actor:
+        return actor
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = str(os.getuid())
+    return f"{user}@{socket.gethostname()}"
+
+
+def _adapter_version() -> str:
+    from importlib import metadata as md
+
+    try:
+        return md.version("deid-adapter")
+    except md.PackageNotFoundError:
+        return "unknown"
+
+
+_VERSION: list[str] = []
+
+
+def engine_versions(engine) -> dict:
+    """Profile, rules version, stack, detector/model/prompt versions and key id of a de-identifier (FHIR or HL7v2)."""
+    if not _VERSION:
+        _VERSION.append(_adapter_version())
+    stack = getattr(engine, "stack", None)
+    detectors = {}
+    for d in getattr(stack, "detectors", ()):
+        detectors[d.name] = {k: str(getattr(d, k)) for k in ("version", "model", "prompt_version")
+                             if getattr(d, k, None)} or {"version": _VERSION[0]}
+    profile = getattr(engine, "profile", None)
+    return {
+        "profile": getattr(profile, "name", ""),
+        "rules_version": str(getattr(profile, "version", "")),
+        "stack": getattr(stack, "name", ""),
+        "versions": {"deid-adapter": _VERSION[0], "detectors": detectors},
+        "key_id": getattr(getattr(engine, "pseudo", None), "key_id", ""),
+    }
+
+
+def locations(findings: Iterable, where: str = "", root: str = "") -> list[list]:
+    """PHI locations of RecordResult.findings as [path, start, end, category, detector, confidence].
+
+    `where` is the label the caller gave the record (often a file name, which may itself hold PHI): it is
+    replaced by `root` (the resource type) so that only structural paths are kept.
+    """
+    out = []
+    for f in findings:
+        path = f.path
+        if where and path.startswith(where):
+            path = root + path[len(where):]
+        s = f.span
+        out.append([path, s.start, s.end, s.category, s.detector, round(float(s.confidence), 4)])
+    return out
+
+
+def deidentification(engine, *, actor: str, channel: str, data_format: str, input, output, findings: Iterable = (),
+                     where: str = "", root: str = "") -> AuditEntry:
+    """The entry for one de-identified record: `input`/`output` are bytes, text or a JSON document (hashed, never stored)."""
+    return AuditEntry("deidentify", actor, channel, data_format, sha256_of(input), sha256_of(output),
+                      findings=locations(findings, where, root), **engine_versions(engine))
+
+
+def refusal(engine, *, actor: str, channel: str, data_format: str, input, reason: str, where: str = "",
+            root: str = "") -> AuditEntry:
+    """The entry for one refused record; `reason` is the refusal message (it names paths and categories, never values)."""
+    if where:
+        reason = reason.replace(where, root)
+    return AuditEntry("refuse", actor, channel, data_format, sha256_of(input), detail={"reason": reason},
+                      **engine_versions(engine))
+
+
+def review(*, actor: str, channel: str, data_format: str, subject_sha256: str, decision: str, reason: str = "",
+           findings: Iterable = ()) -> AuditEntry:
+    """The entry for a reviewer's decision (accept, reject, redact more …) about a de-identified output."""
+    return AuditEntry("review", actor, channel, data_format, output_sha256=subject_sha256,
+                      findings=[list(f) for f in findings], detail={"decision": decision, "reason": reason})
+
+
+# --- where records live
+
+
+def state_dir() -> Path:
+    """Where the default audit database and audit key live: $XDG_STATE_HOME/deid-adapter or ~/.local/state/deid-adapter."""
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(base) / "deid-adapter"
+
+
+def database_url(target: str | os.PathLike | None) -> str:
+    """A SQLAlchemy URL from a URL, a file path (SQLite), or None (DEID_ADAPTER_AUDIT, else the default SQLite file)."""
+    target = str(target or os.environ.get(AUDIT_ENV) or state_dir() / "audit.sqlite")
+    if "://" in target:
+        if target.startswith(("postgresql://", "postgres://")):
+            target = "postgresql+psycopg://" + target.split("://", 1)[1]
+        return target
+    path = Path(target).expanduser()
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return f"sqlite:///{path}"
+
+
+def make_engine(url: str) -> Engine:
+    """An engine whose write transactions serialize: SQLite in WAL mode with synchronous=FULL and BEGIN IMMEDIATE."""
+    if not url.startswith("sqlite"):
+        return create_engine(url, pool_pre_ping=True)
+    engine = create_engine(url, connect_args={"timeout": 120, "check_same_thread": False})
+
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_connection, _record):
+        dbapi_connection.isolation_level = None  # transactions are begun below, by us
+        cur = dbapi_connection.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA synchronous=FULL")  # a commit is on disk before it returns
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn):
+        # Writers take the write lock up front, so two appends never read the same head; readers take a snapshot.
+        conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get("audit_read") else "BEGIN IMMEDIATE")
+
+    return engine
+
+
+def _record_hash(row) -> str:
+    body = json.dumps([row[name] for name in HASHED], ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+def _mac(secret: bytes, label: bytes, message: str) -> str:
+    return hmac.new(secret, label + b"\x00" + message.encode(), hashlib.sha256).hexdigest()
+
+
+def _record_signature(secret: bytes, record_hash: str) -> str:
+    return _mac(secret, b"deid-adapter audit record", record_hash)
+
+
+def _head_signature(secret: bytes, seq: int, record_hash: str) -> str:
+    return _mac(secret, b"deid-adapter audit head", f"{seq}:{record_hash}")
+
+
+class AuditTrail:
+    """One audit store and the audit key ring: append entries, verify the chain, export the accounting."""
+
+    def __init__(self, url: str, ring: Sequence[keys.Key], engine: Optional[Engine] = None):
+        if not ring:
+            raise AuditError("no audit key")
+        self.url = url
+        self.key = ring[0]  # the current key signs; the retired ones still verify
+        self.ring = {k.key_id: k for k in ring}
+        self.engine = engine or make_engine(url)
+        self.is_postgres = self.engine.dialect.name == "postgresql"
+        try:
+            self._ensure_schema()
+        except SQLAlchemyError as e:
+            raise AuditError(f"audit store {self.display_url}: {type(e).__name__}: {_short(e)}") from None
+
+    @classmethod
+    def open(cls, target: str | os.PathLike | None = None, key_file: str | os.PathLike | None = None) -> AuditTrail:
+        """The trail at `target` (URL or SQLite path; default DEID_ADAPTER_AUDIT, else ~/.local/state/deid-adapter/audit.sqlite)
+        signed with the audit key at `key_file` (default DEID_ADAPTER_AUDIT_KEY_FILE, else audit.key beside the default
+        database, created on first use with mode 0600)."""
+        key_path = Path(key_file or os.environ.get(AUDIT_KEY_ENV) or state_dir() / "audit.key")
+        try:
+            if not key_file and not os.environ.get(AUDIT_KEY_ENV) and not key_path.exists():
+                key_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+                try:
+                    keys.init_key_file(key_path, "audit")
+                except FileExistsError:
+                    pass  # another process made it first
+            ring = [k for _, k, _ in keys.key_ring(key_path, "audit")]
+        except keys.KeyError_ as e:
+            raise AuditError(f"audit key: {e}") from None
+        except OSError as e:
+            raise AuditError(f"audit key {key_path}: {e.strerror}") from None
+        return cls(database_url(target), ring)
+
+    @property
+    def display_url(self) -> str:
+        return self.engine.url.render_as_string(hide_password=True)
+
+    def _ensure_schema(self) -> None:
+        with self.engine.begin() as conn:
+            if self.is_postgres:
+                conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": PG_SCHEMA_LOCK})
+            metadata.create_all(conn)
+            if conn.execute(select(head.c.id)).first() is None:
+                if conn.execute(select(records.c.seq).limit(1)).first() is not None:
+                    raise AuditError(f"audit store {self.display_url}: records without a head checkpoint (the head row "
+                                     "was deleted); run `deid-adapter audit verify`")
+                conn.execute(insert(head).values(id=1, seq=0, record_hash=GENESIS, audit_key_id=self.key.key_id,
+                                                 signature=_head_signature(self.key.secret, 0, GENESIS)))
+
+    # --- writing
+
+    def append(self, entries: Sequence[AuditEntry]) -> list[int]:
+        """Chain, sign and commit `entries` in one transaction; returns their seqs once they are on disk."""
+        if not entries:
+            return []
+        try:
+            with self.engine.begin() as conn:
+                seq, prev = self._locked_head(conn)
+                rows = []
+                for e in entries:
+                    seq += 1
+                    row = self._row(e, seq, prev)
+                    rows.append(row)
+                    prev = row["record_hash"]
+                conn.execute(insert(records), rows)
+                conn.execute(update(head).where(head.c.id == 1).values(
+                    seq=seq, record_hash=prev, audit_key_id=self.key.key_id,
+                    signature=_head_signature(self.key.secret, seq, prev)))
+        except SQLAlchemyError as e:
+            raise AuditError(f"audit store {self.display_url}: {type(e).__name__}: {_short(e)}") from None
+        return [r["seq"] for r in rows]
+
+    def _locked_head(self, conn: Connection) -> tuple[int, str]:
+        row = conn.execute(select(head).where(head.c.id == 1).with_for_update()).first()
+        if row is None:
+            raise AuditError(f"audit store {self.display_url}: the head checkpoint is missing; run `deid-adapter audit verify`")
+        key = self.ring.get(row.audit_key_id)
+        if key is None or not hmac.compare_digest(row.signature, _head_signature(key.secret, row.seq, row.record_hash)):
+            raise AuditError(f"audit store {self.display_url}: the head checkpoint's signature does not verify; "
+                             "run `deid-adapter audit verify`")
+        return row.seq, row.record_hash
+
+    def _row(self, e: AuditEntry, seq: int, prev: str) -> dict:
+        row = {
+            "seq": seq, "time": datetime.now(timezone.utc).isoformat(timespec="microseconds"),
+            "actor": e.actor, "channel": e.channel, "operation": e.operation, "data_format": e.data_format,
+            "input_sha256": e.input_sha256, "output_sha256": e.output_sha256, "profile": e.profile,
+            "rules_version": e.rules_version, "stack": e.stack,
+            "versions": e.versions if isinstance(e.versions, str) else canonical_json(e.versions),
+            "key_id": e.key_id, "findings": canonical_json([list(f) for f in e.findings]),
+            "detail": canonical_json(e.detail), "audit_key_id": self.key.key_id, "prev_hash": prev,
+        }
+        row["record_hash"] = _record_hash(row)
+        row["signature"] = _record_signature(self.key.secret, row["record_hash"])
+        return row
+
+    def record_deidentification(self, engine, **kw) -> int:
+        """Append one de-identification (see `deidentification` for the arguments); durable on return."""
+        return self.append([deidentification(engine, **kw)])[0]
+
+    def record_refusal(self, engine, **kw) -> int:
+        """Append one refusal (see `refusal`); durable on return."""
+        return self.append([refusal(engine, **kw)])[0]
+
+    def record_review(self, **kw) -> int:
+        """Append one review decision (see `review`); durable on return."""
+        return self.append([review(**kw)])[0]
+
+    # --- reading
+
+    def _read(self):
+        options = {"audit_read": True}
+        if self.is_postgres:
+            options["isolation_level"] = "REPEATABLE READ"
+        return self.engine.connect().execution_options(**options)
+
+    def verify(self) -> VerifyReport:
+        """Walk the chain in one snapshot and return the first break: changed, deleted, inserted or reordered records,
+        a wrong signature, a truncated tail or a bad head checkpoint."""
+        try:
+            with self._read() as conn, conn.begin():
+                return self._verify(conn)
+        except SQLAlchemyError as e:
+            raise AuditError(f"audit store {self.display_url}: {type(e).__name__}: {_short(e)}") from None
+
+    def _verify(self, conn: Connection) -> VerifyReport:
+        h = conn.execute(select(head).where(head.c.id == 1)).first()
+        result = conn.execution_options(stream_results=True, yield_per=2000).execute(
+            select(records).order_by(records.c.seq))
+        rows = (r._mapping for r in result)
+        prev, last_seq, count = GENESIS, 0, 0
+        broken = None
+        for row in rows:
+            problem = self._check(row)
+            if problem is None and row["prev_hash"] == prev:
+                prev, last_seq, count = row["record_hash"], row["seq"], count + 1
+                continue
+            following = next(rows, None)
+            following = dict(following) if following is not None else None
+            result.close()
+            broken = self._classify(conn, row, problem, prev, last_seq, following, h)
+            break
+        head_seq = h.seq if h is not None else 0
+        head_hash = h.record_hash if h is not None else ""
+        if broken is None:
+            broken = self._check_head(h, last_seq, prev, count)
+        return VerifyReport(count, head_seq, head_hash, broken)
+
+    def _check(self, row) -> Optional[str]:
+        if _record_hash(row) != row["record_hash"]:
+            return "changed"
+        key = self.ring.get(row["audit_key_id"])
+        if key is None:
+            return "unknown-key"
+        if not hmac.compare_digest(row["signature"], _record_signature(key.secret, row["record_hash"])):
+            return "wrong-signature"
+        return None
+
+    def _classify(self, conn: Connection, row, problem: Optional[str], prev: str, last_seq: int,
+                  following: Optional[dict], h) -> Break:
+        seq = row["seq"]
+        if problem is not None:
+            if following is not None and following["prev_hash"] == prev and self._check(following) is None:
+                return Break(seq, "inserted", f"record {seq} was inserted: it is not part of the chain (record "
+                                              f"{following['seq']} links to record {last_seq})")
+            if h is not None and seq > h.seq:
+                return Break(seq, "inserted", f"record {seq} was added after the signed head checkpoint "
+                                              f"(record {h.seq}) and does not verify")
+            if problem == "changed":
+                return Break(seq, "changed", f"record {seq} was changed: its fields no longer match its hash")
+            if problem == "unknown-key":
+                return Break(seq, "unknown-key", f"record {seq} names audit key {row['audit_key_id']}, which is not in "
+                                                 "the key ring (pass the retired key, or the record is forged)")
+            return Break(seq, "wrong-signature", f"record {seq} has a wrong signature (its hash was recomputed "
+                                                 "without the audit key, or it was signed by another key)")
+        earlier_copy = self._seqs_with_hash(conn, row["record_hash"], seq, before=True)
+        if earlier_copy:
+            return Break(seq, "inserted", f"record {seq} was inserted: it is a copy of record {earlier_copy[0]}")
+        predecessor = (self._seqs_with_hash(conn, row["prev_hash"], seq, before=False)
+                       or self._seqs_with_hash(conn, row["prev_hash"], seq, before=True))
+        if predecessor:
+            return Break(seq, "reordered", f"record {seq} is out of order: it follows record {predecessor[0]}, "
+                                           f"not record {last_seq}")
+        first_missing = last_seq + 1
+        return Break(first_missing, "deleted", f"record(s) deleted between record {last_seq} and record {seq}: "
+                                               f"record {seq} links to a record that is no longer there")
+
+    def _seqs_with_hash(self, conn: Connection, record_hash: str, seq: int, before: bool) -> list[int]:
+        where = records.c.seq < seq if before else records.c.seq > seq
+        return list(conn.execute(select(records.c.seq).where(records.c.record_hash == record_hash, where)
+                                 .order_by(records.c.seq)).scalars())
+
+    def _check_head(self, h, last_seq: int, last_hash: str, count: int) -> Optional[Break]:
+        if h is None:
+            return Break(last_seq + 1, "head", "the head checkpoint is missing (deleted)")
+        key = self.ring.get(h.audit_key_id)
+        if key is None or not hmac.compare_digest(h.signature, _head_signature(key.secret, h.seq, h.record_hash)):
+            return Break(h.seq, "head", "the head checkpoint has a wrong signature")
+        if h.seq == last_seq and h.record_hash == last_hash:
+            return None
+        if h.seq > last_seq or h.record_hash != last_hash:
+            return Break(last_seq + 1, "truncated", f"the chain ends at record {last_seq} but the signed head "
+                                                    f"checkpoint names record {h.seq}: the tail was truncated")
+        return Break(h.seq + 1, "inserted", f"records after the signed head checkpoint (record {h.seq}) are not covered")
+
+    def export(self, since: Optional[str] = None, until: Optional[str] = None,
+               operations: Sequence[str] = ()) -> Iterator[dict]:
+        """Records as dicts for an accounting of disclosures (JSON fields decoded; hashes and signatures left out)."""
+        query = select(records).order_by(records.c.seq)
+        if since:
+            query = query.where(records.c.time >= since)
+        if until:
+            query = query.where(records.c.time < until)
+        if operations:
+            query = query.where(records.c.operation.in_(list(operations)))
+        with self._read() as conn, conn.begin():
+            for row in conn.execution_options(stream_results=True, yield_per=2000).execute(query):
+                m = row._mapping
+                out = {c: m[c] for c in ("seq", "time", "actor", "channel", "operation", "data_format", "profile",
+                                         "rules_version", "stack", "key_id", "input_sha256", "output_sha256")}
+                out["versions"] = json.loads(m["versions"])
+                out["findings"] = [dict(zip(("path", "start", "end", "category", "detector", "confidence"), f))
+                                   for f in json.loads(m["findings"])]
+                out["detail"] = json.loads(m["detail"])
+                yield out
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+def _short(e: Exception) -> str:
+    """The first line of a database error without its SQL parameters (they could hold anything)."""
+    orig = getattr(e, "orig", None) or e
+    return str(orig).splitlines()[0][:200] if str(orig) else type(orig).__name__
+
+
+class AuditSession:
+    """What an edge holds while it works: the trail, who is acting, through which channel, with which de-identifier.
+
+    Entries for the records of one output are collected and committed together (one transaction, one fsync)
+    before that output is written or answered; `discard` drops them when the output is not written.
+    """
+
+    def __init__(self, trail: Optional[AuditTrail], engine, *, actor: str, channel: str, data_format: str, vault=None):
+        self.trail, self.engine, self.vault = trail, engine, vault
+        self.actor, self.channel, self.data_format = actor, channel, data_format
+        self.pending: list[AuditEntry] = []
+        self.info = engine_versions(engine)
+        self.info["versions"] = canonical_json(self.info["versions"])  # serialized once, not per record
+
+    def deidentified(self, input, output, findings: Iterable = (), where: str = "", root: str = "") -> None:
+        if self.trail:
+            self.pending.append(AuditEntry("deidentify", self.actor, self.channel, self.data_format, sha256_of(input),
+                                           sha256_of(output), findings=locations(findings, where, root), **self.info))
+
+    def refused(self, input, reason: str, where: str = "", root: str = "") -> None:
+        """A refusal replaces what was pending: the output it belonged to is not written."""
+        self.discard()
+        if self.trail:
+            if where:
+                reason = reason.replace(where, root)
+            self.pending.append(AuditEntry("refuse", self.actor, self.channel, self.data_format, sha256_of(input),
+                                           detail={"reason": reason}, **self.info))
+
+    def commit(self) -> None:
+        """Make the pending entries (and the vault's pending pseudonyms) durable; AuditError if that fails."""
+        if self.vault:
+            self.vault.flush()
+        if self.trail and self.pending:
+            self.trail.append(self.pending)
+        self.pending = []
+
+    def discard(self) -> None:
+        if self.vault:
+            self.vault.discard()
+        self.pending = []
