@@ -1,6 +1,7 @@
 """Stacks: which detectors run on a text. Stacks are data; detectors are looked up by name."""
 from __future__ import annotations
 
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -83,6 +84,15 @@ class TextStack:
     detectors: list[Detector]
     timeout_s: float = DETECTOR_TIMEOUT_S
     filters: list[SpanFilter] = field(default_factory=list)
+    _pool: ThreadPoolExecutor | None = field(default=None, init=False, repr=False)
+    _pool_pid: int = field(default=0, init=False, repr=False)
+
+    def _executor(self) -> ThreadPoolExecutor:
+        """One pool per stack and process, reused by every record (threads do not survive a fork)."""
+        if self._pool is None or self._pool_pid != os.getpid():
+            self._pool = ThreadPoolExecutor(max_workers=4 * len(self.detectors), thread_name_prefix="detector")
+            self._pool_pid = os.getpid()
+        return self._pool
 
     def detect_many(self, texts: Sequence[str], known: Sequence[KnownIdentifier],
                     timings: dict[str, float] | None = None) -> list[list[Span]]:
@@ -94,21 +104,21 @@ class TextStack:
         known = tuple(known)
         if not texts:
             return []
-        with ThreadPoolExecutor(max_workers=len(self.detectors), thread_name_prefix="detector") as pool:
-            futures = [(d.name, pool.submit(_run, d, texts, known)) for d in self.detectors]
-            per_detector = []
-            for name, future in futures:
-                try:
-                    found, seconds = future.result(timeout=self.timeout_s)
-                    per_detector.append(found)
-                    if timings is not None:
-                        timings[name] = timings.get(name, 0.0) + seconds
-                except FutureTimeout:
-                    raise DetectorError(f"{name}: timed out after {self.timeout_s:.0f} s") from None
-                except DetectorError:
-                    raise
-                except Exception as e:  # the message of a foreign exception may quote the text: keep only its type
-                    raise DetectorError(f"{name}: {type(e).__name__}") from None
+        pool = self._executor()
+        futures = [(d.name, pool.submit(_run, d, texts, known)) for d in self.detectors]
+        per_detector = []
+        for name, future in futures:
+            try:
+                found, seconds = future.result(timeout=self.timeout_s)
+                per_detector.append(found)
+                if timings is not None:
+                    timings[name] = timings.get(name, 0.0) + seconds
+            except FutureTimeout:  # the record fails now; the stuck detector thread is abandoned
+                raise DetectorError(f"{name}: timed out after {self.timeout_s:.0f} s") from None
+            except DetectorError:
+                raise
+            except Exception as e:  # the message of a foreign exception may quote the text: keep only its type
+                raise DetectorError(f"{name}: {type(e).__name__}") from None
         results = []
         for i, text in enumerate(texts):
             spans = [s for found in per_detector for s in found[i]]
