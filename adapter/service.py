@@ -49,6 +49,7 @@ class ServiceConfig:
     timeout_s: float = 120.0
     workers: int = 2
     clock: Callable[[], date] = dates.today
+    audit: object | None = None  # adapter.audit.AuditTrail; None records nothing (--audit off)
     engines: dict = field(default_factory=dict)
 
 
@@ -135,7 +136,7 @@ def create_app(config: ServiceConfig) -> FastAPI:
         client_name, digest, size_in, status = "-", "-", 0, 500
         try:
             client = authorize(request, operation)
-            client_name = client.name
+            client_name = request.state.client = client.name
             response, digest, size_in = await work(request)
             status = response.status_code
             return response
@@ -154,6 +155,29 @@ def create_app(config: ServiceConfig) -> FastAPI:
             latency.labels(operation).observe(elapsed)
             access_log.info(json.dumps({"client": client_name, "operation": operation, "status": status,
                                         "bytes_in": size_in, "ms": round(elapsed * 1000, 1), "sha256": digest}))
+
+    async def audited(request: Request, deid, data_format: str, raw: bytes, work):
+        """Run `work`; write the audit record (durably) before anything is answered. No trail, no answer."""
+        try:
+            result, output = await work()
+        except HttpError as e:
+            if config.audit is not None and e.status in (422, 503):
+                await run_audit(config.audit.record_refusal, deid, actor=request.state.client, channel="service",
+                                data_format=data_format, input=raw, reason=e.diagnostics)
+            raise
+        if config.audit is not None:
+            await run_audit(config.audit.record_deidentification, deid, actor=request.state.client, channel="service",
+                            data_format=data_format, input=raw, output=output,
+                            findings=getattr(result, "findings", ()))
+        return result, output
+
+    async def run_audit(fn, *args, **kwargs):
+        from adapter.audit import AuditError
+
+        try:
+            await asyncio.get_running_loop().run_in_executor(pool, lambda: fn(*args, **kwargs))
+        except AuditError as e:
+            raise HttpError(503, "transient", f"audit trail unavailable: {e}") from None
 
     def map_errors(fn):
         def wrapped(*args):
@@ -188,13 +212,18 @@ def create_app(config: ServiceConfig) -> FastAPI:
         else:
             resource = doc
         deid = engine(profile, stack)
-        result = await run(map_errors(deid.deidentify), resource, "resource")
+
+        async def work():
+            result = await run(map_errors(deid.deidentify), resource, "resource")
+            out = result.resource
+            if wrapped:
+                out = {"resourceType": "Parameters", "parameter": [{"name": "return", "resource": out}]}
+            return result, json.dumps(out, ensure_ascii=False).encode()
+
+        result, output = await audited(request, deid, "fhir", raw, work)
         for name, seconds in result.detector_seconds.items():
             detector_time.labels(name).observe(seconds)
-        out = result.resource
-        if wrapped:
-            out = {"resourceType": "Parameters", "parameter": [{"name": "return", "resource": out}]}
-        return respond(200, out), digest, len(raw)
+        return respond(200, output), digest, len(raw)
 
     async def hl7_work(request: Request):
         raw = await body(request, HL7_TYPES)
@@ -209,8 +238,13 @@ def create_app(config: ServiceConfig) -> FastAPI:
             except StackUnavailable as e:
                 raise HttpError(503, "transient", str(e)) from None
         text = raw.decode("utf-8", errors="replace")
-        out = await run(map_errors(deid.deidentify_file_text), text)
-        return respond(200, out, "x-application/hl7-v2+er7"), digest, len(raw)
+
+        async def work():
+            out = await run(map_errors(deid.deidentify_file_text), text)
+            return None, out.encode()
+
+        _, output = await audited(request, deid, "hl7v2", raw, work)
+        return respond(200, output, "x-application/hl7-v2+er7"), digest, len(raw)
 
     @app.post("/fhir/$de-identify")
     async def fhir_deidentify(request: Request):

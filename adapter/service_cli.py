@@ -8,6 +8,7 @@ from typing import List, Optional
 
 import typer
 
+from adapter import audit_cli
 from adapter.service_auth import OPERATIONS, TOKENS_ENV, TokenFileError, TokenStore, add_client
 from fhir_transforms import dates, keys
 
@@ -28,6 +29,8 @@ def serve(
     ssl_certfile: Optional[Path] = typer.Option(None, "--ssl-certfile", help="Terminate TLS here (else use a reverse proxy)."),
     ssl_keyfile: Optional[Path] = typer.Option(None, "--ssl-keyfile"),
     today: Optional[str] = typer.Option(None, "--today", help="Reference day for ages (YYYY-MM-DD)."),
+    audit: Optional[str] = audit_cli.AuditOpt,
+    audit_key_file: Optional[Path] = audit_cli.AuditKeyOpt,
 ) -> None:
     """Serve POST /fhir/$de-identify, POST /hl7v2/$de-identify, GET /fhir/metadata, /healthz, /readyz, /metrics."""
     import uvicorn
@@ -45,7 +48,8 @@ def serve(
     except (keys.KeyError_, TokenFileError, ProfileError, StackUnavailable) as e:
         fail(str(e))
     clock = (lambda d=date.fromisoformat(today): d) if today else dates.today
-    config = ServiceConfig(key, store, profile, stack, int(max_body_mb * 1024 * 1024), timeout_s, workers, clock)
+    trail = audit_cli.open_trail(audit, audit_key_file)
+    config = ServiceConfig(key, store, profile, stack, int(max_body_mb * 1024 * 1024), timeout_s, workers, clock, trail)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     uvicorn.run(create_app(config), host=host, port=port, access_log=False, log_level="warning",
                 ssl_certfile=str(ssl_certfile) if ssl_certfile else None,

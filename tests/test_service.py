@@ -34,12 +34,15 @@ def server(tmp_path_factory, test_key_file):
     tokens = workdir / "tokens.json"
     full = add_client(tokens, "interface-engine", ["fhir", "hl7v2", "metadata", "metrics", "ready"])
     fhir_only = add_client(tokens, "research-portal", ["fhir"])
+    audit_key = workdir / "audit.key"
+    assert run_cli("keys", "init", "--purpose", "audit", str(audit_key)).returncode == 0
     port = free_port()
     log = open(workdir / "server.log", "w")
     env = {k: v for k, v in os.environ.items() if not k.startswith("DEID_ADAPTER_")}
     proc = subprocess.Popen(
         [sys.executable, "-m", "adapter.cli", "serve", "--port", str(port), "--tokens", str(tokens),
-         "--key-file", str(test_key_file), "--today", "2026-01-15", "--max-body-mb", "3", "--workers", "2"],
+         "--key-file", str(test_key_file), "--today", "2026-01-15", "--max-body-mb", "3", "--workers", "2",
+         "--audit", str(workdir / "audit.sqlite"), "--audit-key-file", str(audit_key)],
         cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     for _ in range(200):
@@ -51,7 +54,8 @@ def server(tmp_path_factory, test_key_file):
     else:
         proc.kill()
         raise RuntimeError("server did not start: " + (workdir / "server.log").read_text()[-2000:])
-    yield {"base": base, "token": full, "fhir_only": fhir_only, "dir": workdir, "log": workdir / "server.log", "proc": proc}
+    yield {"base": base, "token": full, "fhir_only": fhir_only, "dir": workdir, "log": workdir / "server.log", "proc": proc,
+           "audit": workdir / "audit.sqlite", "audit_key": audit_key}
     proc.terminate()
     proc.wait(timeout=10)
     log.close()
@@ -196,3 +200,21 @@ def test_conformance_check_command_passes_against_the_running_server(server):
     report = json.loads(proc.stdout)
     assert proc.returncode == 0, proc.stdout
     assert report["passed"] and report["resources"] == 7 and report["leaks"] == 0 and report["values_checked"] > 20
+
+
+def test_every_answer_and_refusal_is_in_a_verified_audit_trail(server):
+    ok = post(server, {"resourceType": "Patient", "id": "aud-1", "name": [{"family": "Zelbrindex"}]})
+    refused = post(server, {"resourceType": "Patient", "id": "aud-2", "name": [{"family": "Zelbrindex"}],
+                            "maritalStatus": {"coding": [{"system": "http://x", "code": "x", "display": "Zelbrindex"}]}})
+    assert (ok.status_code, refused.status_code) == (200, 422)
+    proc = run_cli("audit", "export", "--format", "json", "--audit", str(server["audit"]),
+                   "--audit-key-file", str(server["audit_key"]))
+    assert proc.returncode == 0, proc.stderr
+    records = json.loads(proc.stdout)
+    records = records["records"] if isinstance(records, dict) else records
+    import hashlib
+    by_output = {r.get("output_sha256") for r in records}
+    assert hashlib.sha256(ok.content).hexdigest() in by_output
+    assert any(r.get("operation") == "refuse" and r.get("channel") == "service" for r in records)
+    verify = run_cli("audit", "verify", "--audit", str(server["audit"]), "--audit-key-file", str(server["audit_key"]))
+    assert verify.returncode == 0, verify.stdout + verify.stderr
