@@ -287,8 +287,12 @@ class Stats:
 
 
 class _Connection:
-    def __init__(self, cid: int, task: asyncio.Task):
-        self.cid, self.task, self.busy = cid, task, False
+    def __init__(self, cid: int, task: asyncio.Task, peer: str = "?"):
+        self.cid, self.task, self.busy, self.peer = cid, task, False, peer
+
+
+# (peer, input message, de-identified output or None, refusal reason or None): writes the audit record.
+AuditHook = Callable[[str, str, Optional[str], Optional[str]], None]
 
 
 class MllpListener:
@@ -297,8 +301,9 @@ class MllpListener:
 
     def __init__(self, deidentify: Callable[[str], str], store: AsyncStore, executor: Optional[Executor] = None,
                  *, max_frame: int = DEFAULT_MAX_FRAME, partial_timeout: float = 60.0, stats: Optional[Stats] = None,
-                 on_fatal: Callable[[], None] = lambda: None):
+                 on_fatal: Callable[[], None] = lambda: None, audit: Optional[AuditHook] = None):
         self.deidentify = deidentify
+        self.audit = audit
         self.on_fatal = on_fatal
         self.failure: Optional[str] = None  # set when the service cannot go on (its workers died)
         self.store = store
@@ -338,9 +343,9 @@ class MllpListener:
             writer.close()
             return
         cid = next(self._ids)
-        conn = self._conns[cid] = _Connection(cid, asyncio.current_task())
-        self.stats.connections += 1
         peer = writer.get_extra_info("peername")
+        conn = self._conns[cid] = _Connection(cid, asyncio.current_task(), f"{peer[0]}:{peer[1]}" if peer else "?")
+        self.stats.connections += 1
         log.info("connection %d opened from %s", cid, peer[0] if peer else "?")
         decoder = FrameDecoder(self.max_frame)
         try:
@@ -379,7 +384,7 @@ class MllpListener:
             decoded = decode_message(event)
             codec = decoded.codec
             header = parse_header(decoded.text)
-            ack = await self._accept(header, decoded)
+            ack = await self._accept(header, decoded, cid)
         except NotAccepted as e:
             header = header or _header_or_none(event)
             self.stats.rejected += 1
@@ -393,6 +398,11 @@ class MllpListener:
             self.stats.rejected += 1
             log.warning("connection %d: message %s refused: %s", cid, _cid(header), e)
             ack = build_ack(header, "AR", f"refused by de-identification: {e}", 207)
+            if self.audit is not None:
+                try:
+                    await asyncio.to_thread(self.audit, self._peer(cid), decoded.text, None, str(e))
+                except Exception as audit_error:  # noqa: BLE001 - the NAK stands; the operator must see it
+                    log.error("connection %d: audit of a refusal failed: %s", cid, type(audit_error).__name__)
         except BrokenExecutor:
             self.stats.rejected += 1
             self.failure = "the de-identification workers died"
@@ -405,13 +415,19 @@ class MllpListener:
             ack = build_ack(header, "AR", f"internal error ({type(e).__name__}); resend later", 207)
         return ack.encode(codec, "replace")
 
-    async def _accept(self, header: Header, decoded: Decoded) -> str:
+    def _peer(self, cid: int) -> str:
+        conn = self._conns.get(cid)
+        return conn.peer if conn else "?"
+
+    async def _accept(self, header: Header, decoded: Decoded, cid: int = 0) -> str:
         loop = asyncio.get_running_loop()
         out = await loop.run_in_executor(self.executor, self.deidentify, decoded.text)
         try:
             body = out.encode(decoded.codec)
         except UnicodeEncodeError:
             raise InputError("the de-identified message cannot be written in its MSH-18 character set") from None
+        if self.audit is not None:  # durable before the message is queued and ACKed; a failure NAKs (AR)
+            await asyncio.to_thread(self.audit, self._peer(cid), decoded.text, out, None)
         out_control_id = parse_header(out).control_id
         added = await self.store.enqueue(Incoming(header.sender, header.control_id, out_control_id,
                                                   decoded.codec, body))
@@ -635,14 +651,16 @@ def make_target(forward: str, ack_timeout: float = 30.0):
 async def serve(deidentify: Callable[[str], str], listen: tuple[str, int], target, store_path: Path, *,
                 executor: Optional[Executor] = None, stop: Optional[asyncio.Event] = None,
                 max_frame: int = DEFAULT_MAX_FRAME, backoff_cap: float = 30.0, dedupe_window_s: float = 86400.0,
-                stats_every_s: float = 30.0, on_ready: Optional[Callable[[tuple[str, int]], None]] = None) -> Stats:
+                stats_every_s: float = 30.0, on_ready: Optional[Callable[[tuple[str, int]], None]] = None,
+                audit: Optional[AuditHook] = None) -> Stats:
     """Run listener and forwarder until `stop` is set: then stop accepting, finish in-flight messages and the
     delivery in hand, and checkpoint the queue. RuntimeError when it had to stop (its workers died)."""
     stop = stop or asyncio.Event()
     stats = Stats()
     store = AsyncStore(store_path)
     pruned = await store.prune_received(dedupe_window_s)
-    listener = MllpListener(deidentify, store, executor, max_frame=max_frame, stats=stats, on_fatal=stop.set)
+    listener = MllpListener(deidentify, store, executor, max_frame=max_frame, stats=stats, on_fatal=stop.set,
+                            audit=audit)
     forwarder = Forwarder(store, target, backoff_cap=backoff_cap, stats=stats)
     try:
         address = await listener.start(*listen)

@@ -16,6 +16,8 @@ from typing import Callable, Optional
 
 import typer
 
+from adapter import audit_cli
+
 from adapter import mllp as edge
 
 _ENGINE: Optional[Callable[[str], str]] = None  # set before the worker pool forks; workers inherit it
@@ -84,6 +86,8 @@ def mllp(
     retry_max_delay: float = typer.Option(30.0, "--retry-max-delay", help="Cap of the retry backoff (seconds)."),
     dedupe_hours: float = typer.Option(24.0, "--dedupe-hours",
                                        help="How long a sender's MSH-10 is remembered to drop its resends."),
+    audit: Optional[str] = audit_cli.AuditOpt,
+    audit_key_file: Optional[Path] = audit_cli.AuditKeyOpt,
 ) -> None:
     """Receive HL7v2 over MLLP; de-identify each message, queue it durably, ACK AA, and forward it downstream.
 
@@ -100,6 +104,8 @@ def mllp(
     target = edge.make_target(forward, ack_timeout)
     global _ENGINE
     _ENGINE = _hl7_engine(key_file, profile, stack)
+    trail = audit_cli.open_trail(audit, audit_key_file)
+    audit_hook = _audit_hook(trail, _ENGINE.__self__) if trail is not None else None
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                         format="%(asctime)s deid-adapter mllp %(levelname)s %(message)s")
     workers = (os.cpu_count() or 1) if workers is None else workers
@@ -107,7 +113,7 @@ def mllp(
     deidentify = _deidentify_in_worker if workers > 0 else _ENGINE
     try:
         asyncio.run(_run(deidentify, listen_at, target, store, pool, max_message_bytes, retry_max_delay,
-                         dedupe_hours * 3600))
+                         dedupe_hours * 3600, audit_hook))
     except OSError as e:
         fail(f"cannot listen on {listen}: {e.strerror or e}")
     except sqlite3.Error as e:
@@ -119,10 +125,21 @@ def mllp(
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-async def _run(deidentify, listen_at, target, store, pool, max_frame, backoff_cap, dedupe_window_s) -> None:
+def _audit_hook(trail, engine) -> edge.AuditHook:
+    """One audit record per message, written by the listener before it queues and ACKs (or NAKs) the message."""
+    def record(peer: str, message: str, output: Optional[str], reason: Optional[str]) -> None:
+        common = dict(actor=f"mllp:{peer}", channel="mllp", data_format="hl7v2", input=message)
+        if output is not None:
+            trail.record_deidentification(engine, output=output, **common)
+        else:
+            trail.record_refusal(engine, reason=reason or "refused", **common)
+    return record
+
+
+async def _run(deidentify, listen_at, target, store, pool, max_frame, backoff_cap, dedupe_window_s, audit_hook) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await edge.serve(deidentify, listen_at, target, store, executor=pool, stop=stop, max_frame=max_frame,
-                     backoff_cap=backoff_cap, dedupe_window_s=dedupe_window_s)
+                     backoff_cap=backoff_cap, dedupe_window_s=dedupe_window_s, audit=audit_hook)

@@ -405,3 +405,38 @@ def test_dead_workers_stop_the_service_and_the_message_is_not_acked_aa(tmp_path)
         return code
 
     assert run(scenario()) == "AR"
+
+
+def _refuse(text: str) -> str:
+    if "REFUSE" in text:
+        from fhir_transforms.errors import RecordRefused
+
+        raise RecordRefused("PID-5: leak guard refused the output: NAME")
+    return fake_deidentify(text)
+
+
+def test_every_accepted_and_refused_message_is_audited_before_its_ack(tmp_path):
+    from adapter.audit import AuditTrail
+    from adapter.mllp_cli import _audit_hook
+    from fhir_transforms.keys import init_key_file
+
+    init_key_file(tmp_path / "audit.key", "audit")
+    trail = AuditTrail.open(tmp_path / "audit.sqlite", tmp_path / "audit.key")
+    engine = type("Engine", (), {})()
+    out = tmp_path / "out"
+
+    async def scenario():
+        async with running_service(tmp_path / "q.sqlite", mllp.make_target(str(out)), deidentify=_refuse,
+                                   audit=_audit_hook(trail, engine)) as port:
+            s = MllpSender(port)
+            assert await s.send(adt("A-1")) == "AA"
+            assert await s.send(adt("A-2", name="REFUSE^ME")) == "AR"
+            await s.close()
+
+    run(scenario())
+    records = trail.export()
+    records = records["records"] if isinstance(records, dict) else records
+    ops = sorted((r["operation"], r["channel"]) for r in records)
+    assert ops == [("deidentify", "mllp"), ("refuse", "mllp")]
+    assert trail.verify().ok
+    assert all(r["actor"].startswith("mllp:127.0.0.1:") for r in records)
