@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from fhir_transforms import dates, references, zipcodes
 from fhir_transforms.errors import InputError
+from fhir_transforms.fpe import fpe_format, selects
 from fhir_transforms.known import PERSON_REFERENCE_RE, identifier_category
 from fhir_transforms.xhtml import Narrative
 
@@ -85,6 +86,25 @@ def pseudonym(value, site: Site):
     return result
 
 
+def fpe(value, site: Site):
+    """Format-preserving pseudonym (FF3-1) for identifier values; ids and references keep the keyed pseudonym."""
+    if site.element.name == "value" and site.owner == "Identifier":
+        site.record_known(value, identifier_category(site.parent))
+        if site.removes_identifier():
+            return remove(value, site)
+        codes = {c.get("code") or "" for c in (site.parent.get("type") or {}).get("coding", []) or []}
+        if not selects(site.options, codes):
+            return pseudonym(value, site)
+        result = site.pseudo.identifier_fpe(site.parent.get("system"), value, fpe_format(site.options))
+    elif site.element.name == "id" or site.element.name == "ifNoneExist" or site.element.name in REFERENCE_ELEMENTS:
+        return pseudonym(value, site)
+    else:  # an identifier kept as a plain string, namespaced by its path
+        site.record_known(value, site.options.get("category", "UNIQUE_IDENTIFIER"))
+        result = site.pseudo.format_preserving("value|" + site.fpath, value, fpe_format(site.options))
+    site.label("PSEUDED")
+    return result  # not marked generated: the leak guard reads FPE output, which has the shape of real identifiers
+
+
 def zip3(value, site: Site):
     site.label("ABSTRED")
     result = zipcodes.zip3(value)
@@ -155,5 +175,5 @@ def _attachment_text(value, site: Site):
 
 METHODS: dict[str, Callable] = {
     "remove": remove, "keep": keep, "year": year, "shift": shift, "pseudonym": pseudonym,
-    "zip3": zip3, "age90": age90, "text": text,
+    "zip3": zip3, "age90": age90, "text": text, "fpe": fpe,
 }

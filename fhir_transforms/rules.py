@@ -7,9 +7,11 @@ from pathlib import Path
 
 import yaml
 
+from fhir_transforms.fpe import FpeFormat
+
 MAPPINGS = Path(__file__).resolve().parent.parent / "mappings" / "fhir"
-METHODS = {"remove", "keep", "year", "shift", "pseudonym", "zip3", "age90", "text"}
-PROFILES = ("safe-harbor", "longitudinal")
+METHODS = {"remove", "keep", "year", "shift", "pseudonym", "zip3", "age90", "text", "fpe"}
+PROFILES = ("safe-harbor", "longitudinal", "longitudinal-fpe")
 
 
 class ProfileError(ValueError):
@@ -56,7 +58,18 @@ def _rule(spec, where: str) -> Rule:
     method = spec.get("method")
     if method not in METHODS:
         raise ProfileError(f"{where}: unknown method {method!r} (known: {', '.join(sorted(METHODS))})")
-    return Rule(method, {k: v for k, v in spec.items() if k != "method"})
+    options = {k: v for k, v in spec.items() if k != "method"}
+    check_options(method, options, where)
+    return Rule(method, options)
+
+
+def check_options(method: str, options: dict, where: str) -> None:
+    """Refuse a rule whose settings its method cannot use (checked when the profile loads, not per value)."""
+    if method == "fpe":
+        try:
+            FpeFormat.from_options(options)
+        except ValueError as e:
+            raise ProfileError(f"{where}: {e}") from None
 
 
 def _raw(name: str) -> dict:
