@@ -192,3 +192,11 @@ def test_detector_protocol_shape():
 def test_property_offsets_in_range(text):
     for s in DET.detect(text, []):
         assert 0 <= s.start < s.end <= len(text)
+
+
+def test_unlabelled_long_numbers_are_identifiers_but_decimals_and_short_numbers_are_not():
+    text = "Person seed: 8227062227814166433  value 1234567.891011 and 123456789 and 2.0123456789"
+    spans = PatternDetector().detect(text)
+    covered = {text[s.start:s.end]: s.category for s in spans}
+    assert covered.get("8227062227814166433") == "UNIQUE_IDENTIFIER"
+    assert "1234567.891011" not in covered and "0123456789" not in covered

@@ -286,6 +286,8 @@ class PatternDetector:
         self._phone_cand = regex.compile(_PHONE_CAND_SRC)
         self._ssn = regex.compile(_SSN_SRC)
         self._vin = regex.compile(_VIN_SRC)
+        # a bare run of 10+ digits is an identifier of some kind (seed, accession, member number), not a value
+        self._long_number = regex.compile(r"(?<![\d.,])\d{10,}(?![\d]|[.,]\d)")
         self._scheme_url = regex.compile(_SCHEME_URL_SRC)
         # reuse presidio's pattern definitions, run with our own engine + timeout
         self._ssn_rec = UsSsnRecognizer()
@@ -337,7 +339,7 @@ class PatternDetector:
             ("date", self._dates), ("age", self._ages), ("label", self._labels), ("ssn", self._ssns),
             ("phone", self._phones), ("email", self._emails), ("url", self._urls), ("ip", self._ip_addresses),
             ("card", self._cards), ("dea", self._deas), ("vin", self._vins), ("zip", self._zips),
-            ("street", self._streets),
+            ("street", self._streets), ("long-number", self._long_numbers),
         )
         for stage, fn in stages:
             try:
@@ -617,6 +619,10 @@ class PatternDetector:
             if 13 <= len(d) <= 19 and len(set(d)) > 1 and self._cc_rec.validate_result(t):
                 res.append(self._span(m.start(), m.end(), "ACCOUNT_NUMBER", 0.9))
         return res
+
+    def _long_numbers(self, text: str) -> list[Span]:
+        """Unlabelled long numbers: low confidence, so a review-enabled run shows them to a person."""
+        return [self._span(m.start(), m.end(), "UNIQUE_IDENTIFIER", 0.5) for m in self._iter(self._long_number, text)]
 
     def _deas(self, text: str) -> list[Span]:
         res = []
