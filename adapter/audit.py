@@ -170,8 +170,9 @@ def engine_versions(engine) -> dict:
     stack = getattr(engine, "stack", None)
     detectors = {}
     for d in getattr(stack, "detectors", ()):
-        detectors[d.name] = {k: str(getattr(d, k)) for k in ("version", "model", "prompt_version")
-                             if getattr(d, k, None)} or {"version": _VERSION[0]}
+        # only plain values: a detector's `model` may be the loaded model object itself
+        detectors[d.name] = {k: str(v) for k in ("version", "model", "prompt_version")
+                             if isinstance(v := getattr(d, k, None), (str, int, float)) and v != ""} or {"version": _VERSION[0]}
     profile = getattr(engine, "profile", None)
     return {
         "profile": getattr(profile, "name", ""),

@@ -37,7 +37,7 @@ from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.record import Deidentifier
 from fhir_transforms.rules import load_profile
 from text_deid.spans import KnownIdentifier
-from text_deid.stack import build_stack
+from text_deid.stack import LlmSettings, build_stack
 
 WORK_DIR = ".deid-bulk"  # inside OUT while a run is unfinished; removed when it completes
 SUMMARY_NAME = "deid-summary.json"
@@ -59,11 +59,12 @@ class Settings:
     validate: str  # full | sample | off
     index_path: str
     index_key: bytes = field(repr=False)
+    llm: LlmSettings | None = None  # the Ollama endpoint of the LLM stacks
 
     def engine(self) -> Deidentifier:
         day = date.fromisoformat(self.today)
         key = Key(key_id_for(self.secret), self.secret)
-        return Deidentifier(load_profile(self.profile), Pseudonymizer(key), build_stack(self.stack), lambda: day,
+        return Deidentifier(load_profile(self.profile), Pseudonymizer(key), build_stack(self.stack, self.llm), lambda: day,
                             self.validate == "full")
 
 
@@ -573,7 +574,7 @@ def run_identity(root: Path, files: list[str], key_id: str, profile: str, stack:
 def deidentify_export(root: Path, out: Path, secret: bytes, *, profile: str = "safe-harbor", stack: str | None = None,
                       validate: str = "full", today: str | None = None, engine: str = "local", workers: int = 1,
                       master: str | None = None, chunk_bytes: int = DEFAULT_CHUNK_BYTES, fail_fast: bool = False,
-                      tty: bool | None = None,
+                      tty: bool | None = None, llm: LlmSettings | None = None,
                       log: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True)) -> Outcome:
     """The whole bulk run: discover, pass 1 (chunks and patient index), pass 2 on `engine`, finish.
 
@@ -586,11 +587,11 @@ def deidentify_export(root: Path, out: Path, secret: bytes, *, profile: str = "s
     if not files:
         raise InputError(f"{root}: no .ndjson file with FHIR resources")
     load_profile(profile)
-    stack_name = build_stack(stack).name
+    stack_name = build_stack(stack, llm).name
     journal = Journal(out / WORK_DIR, run_identity(root, files, key_id_for(secret), profile, stack_name, validate, chunk_bytes))
     day = journal.open(today, lambda: dates.today().isoformat())
     settings = Settings(secret, profile, stack_name, day, validate, str(journal.work / "patients.sqlite"),
-                        secrets.token_bytes(32))
+                        secrets.token_bytes(32), llm)
     started = time.monotonic()
     index = PatientIndex(Path(settings.index_path), settings.index_key, create=True)
     chunks, patients = scan(root, files, index, settings.engine(), validate, chunk_bytes)

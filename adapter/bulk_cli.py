@@ -48,7 +48,7 @@ def bulk(
     from fhir_transforms import keys
     from fhir_transforms.errors import InputError
     from fhir_transforms.rules import ProfileError
-    from text_deid.stack import StackUnavailable
+    from text_deid.stack import LlmSettings, StackUnavailable
 
     if validate not in ("full", "sample", "off"):
         fail(f"--validate must be full, sample or off, not {validate!r}")
@@ -68,7 +68,7 @@ def bulk(
     try:
         outcome = deidentify_export(input, output, key.secret, profile=profile, stack=stack, validate=validate,
                                     today=today, engine=engine.value, workers=workers, master=master,
-                                    chunk_bytes=chunk_kb * 1024, fail_fast=fail_fast)
+                                    chunk_bytes=chunk_kb * 1024, fail_fast=fail_fast, llm=LlmSettings(llm_url, llm_model))
     except (InputError, ProfileError, StackUnavailable) as e:
         fail(str(e))
     if outcome.stopped:

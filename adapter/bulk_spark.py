@@ -46,7 +46,7 @@ def _executor_worker(settings_bc, index_name: str) -> Worker:
     if _EXECUTOR.get("run") != local.index_key:  # the index key is new each run
         index_path = SparkFiles.get(index_name)
         settings = Settings(local.secret, local.profile, local.stack, local.today, local.validate, index_path,
-                            local.index_key)
+                            local.index_key, local.llm)
         _EXECUTOR.update(run=local.index_key, worker=Worker.from_settings(settings))
     return _EXECUTOR["worker"]
 

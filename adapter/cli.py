@@ -18,7 +18,7 @@ from fhir_transforms.errors import InputError, RecordRefused
 from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.record import Deidentifier
 from fhir_transforms.rules import ProfileError, load_profile
-from text_deid.stack import StackUnavailable, build_stack
+from text_deid.stack import LlmSettings, StackUnavailable, build_stack, detector_versions
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_REFUSED = 0, 2, 3
 
@@ -48,11 +48,12 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
     raise typer.Exit(code)
 
 
-def _deidentifier(key_file, profile: str, stack: Optional[str], validate: bool, today: Optional[str]) -> Deidentifier:
+def _deidentifier(key_file, profile: str, stack: Optional[str], validate: bool, today: Optional[str],
+                  llm: Optional[LlmSettings] = None) -> Deidentifier:
     try:
         key = keys.load_key(key_file)
         prof = load_profile(profile)
-        text_stack = build_stack(stack)
+        text_stack = build_stack(stack, llm)
         clock = (lambda d=date.fromisoformat(today): d) if today else dates.today
     except (keys.KeyError_, ProfileError, StackUnavailable, ValueError) as e:
         fail(str(e))
@@ -79,7 +80,7 @@ def fhir(
     vault_key_file: Optional[Path] = audit_cli.VaultKeyOpt,
 ) -> None:
     """De-identify FHIR R4 input into OUTPUT. Bad files are reported and skipped; the exit code says so."""
-    engine = _deidentifier(key_file, profile, stack, validate is Validation.full, today)
+    engine = _deidentifier(key_file, profile, stack, validate is Validation.full, today, LlmSettings(llm_url, llm_model))
     account = audit_cli.open_session(engine, "fhir", audit, audit_key_file, actor, vault, vault_key_file)
     if input.resolve() == output.resolve():
         fail("OUTPUT must differ from INPUT")
@@ -191,11 +192,14 @@ def _known(rec: dict):
             if isinstance(k, dict) and isinstance(k.get("value"), str) and isinstance(k.get("category"), str)]
 
 
-def _text_results(stack_name, records, build):
+def _text_stack(stack_name: Optional[str], llm: LlmSettings):
     try:
-        stack = build_stack(stack_name)
+        return build_stack(stack_name, llm)
     except StackUnavailable as e:
         fail(str(e))
+
+
+def _text_results(stack, records, build):
     from text_deid.spans import DetectorError
 
     out = []
@@ -221,7 +225,8 @@ def text_detect(stack: Optional[str] = StackOpt, input: Optional[Path] = typer.O
                 output: Optional[Path] = typer.Option(None, "--out"), llm_url: Optional[str] = LlmUrl,
                 llm_model: Optional[str] = LlmModel) -> None:
     """JSONL {id, text, known?} in; JSONL {id, spans} out (offsets and categories, never text)."""
-    rows = _text_results(stack, _read_jsonl(input), lambda rec, spans: {"id": rec["id"], "spans": [s.to_json() for s in spans]})
+    rows = _text_results(_text_stack(stack, LlmSettings(llm_url, llm_model)), _read_jsonl(input),
+                         lambda rec, spans: {"id": rec["id"], "spans": [s.to_json() for s in spans]})
     _write_jsonl(rows, output)
 
 
@@ -241,7 +246,7 @@ def text_redact(stack: Optional[str] = StackOpt, surrogates: bool = typer.Option
             replacement = Surrogates(Pseudonymizer(keys.load_key(key_file)))
         except keys.KeyError_ as e:
             fail(str(e))
-    rows = _text_results(stack, _read_jsonl(input),
+    rows = _text_results(_text_stack(stack, LlmSettings(llm_url, llm_model)), _read_jsonl(input),
                          lambda rec, spans: {"id": rec["id"], "text": replace.apply(rec["text"], spans, replacement)})
     _write_jsonl(rows, output)
 
@@ -260,19 +265,25 @@ def eval_(gold: Path = typer.Argument(..., help="Gold JSONL: {id, text, spans:[{
         records = evaluation.load_jsonl(gold)
     except (OSError, ValueError) as e:
         fail(str(e))
-    name = stack or build_stack(None).name
-    predicted = dict(_text_results(stack, records, lambda rec, spans: (rec["id"], [s.to_json() for s in spans])))
+    llm = LlmSettings(llm_url, llm_model)
+    text_stack = _text_stack(stack, llm)
+    name = text_stack.name
+    predicted = dict(_text_results(text_stack, records, lambda rec, spans: (rec["id"], [s.to_json() for s in spans])))
     try:
         result = evaluation.evaluate(records, predicted)
         if compare:
-            other = dict(_text_results(compare, records, lambda rec, spans: (rec["id"], [s.to_json() for s in spans])))
+            other = dict(_text_results(_text_stack(compare, llm), records,
+                                       lambda rec, spans: (rec["id"], [s.to_json() for s in spans])))
             result = {"stack": name, "compare": compare, name: result, compare: evaluation.evaluate(records, other),
                       "paired": evaluation.compare(records, predicted, other)}
     except ValueError as e:
         fail(f"{gold}: {e}")
     if not compare:
         result["stack"] = name
-        typer.echo(json.dumps(result, indent=2) if as_json else evaluation.format_table(result))
+        result["detectors"] = detector_versions(text_stack)  # the prompt's version and hash, for LLM stacks
+        typer.echo(json.dumps(result, indent=2) if as_json else evaluation.format_table(result) + "".join(
+            f"{d}: model {v['model']}, prompts {v['prompt_version']}\n"
+            for d, v in result["detectors"].items() if "prompt_version" in v))
     elif as_json:
         typer.echo(json.dumps(result, indent=2))
     else:
@@ -300,6 +311,7 @@ app.add_typer(audit_cli.audit_app, name="audit")
 app.add_typer(audit_cli.vault_app, name="vault")
 keys_app.command("rotate")(audit_cli.keys_rotate)
 keys_app.command("list")(audit_cli.keys_list)
+from adapter import review_cli; app.add_typer(review_cli.review_app, name="review")  # noqa: E402,E702
 
 
 def main() -> None:

@@ -42,8 +42,9 @@ def hl7(
     from adapter.hl7_message import decode_bytes
     from adapter.hl7_rules import load_hl7_profile
     from fhir_transforms.rules import ProfileError
+    from text_deid.stack import LlmSettings
 
-    base = _deidentifier(key_file, profile, stack, False, today)
+    base = _deidentifier(key_file, profile, stack, False, today, LlmSettings(llm_url, llm_model))
     try:
         engine = HL7Deidentifier(load_hl7_profile(profile), base.pseudo, base.stack, base.clock)
     except ProfileError as e:

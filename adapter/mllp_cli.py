@@ -54,14 +54,14 @@ def make_pool(workers: int) -> Executor:
     return pool
 
 
-def _hl7_engine(key_file, profile: str, stack: Optional[str]) -> Callable[[str], str]:
-    """The HL7v2 engine the `hl7` command uses, with the same key, profile and stack options."""
+def _hl7_engine(key_file, profile: str, stack: Optional[str], llm=None) -> Callable[[str], str]:
+    """The HL7v2 engine the `hl7` command uses, with the same key, profile, stack and LLM options."""
     from adapter.cli import _deidentifier, fail
     from adapter.hl7_deid import HL7Deidentifier
     from adapter.hl7_rules import load_hl7_profile
     from fhir_transforms.rules import ProfileError
 
-    base = _deidentifier(key_file, profile, stack, False, None)
+    base = _deidentifier(key_file, profile, stack, False, None, llm)
     try:
         return HL7Deidentifier(load_hl7_profile(profile), base.pseudo, base.stack, base.clock).deidentify
     except ProfileError as e:
@@ -103,7 +103,9 @@ def mllp(
         fail(f"--listen: {e}")
     target = edge.make_target(forward, ack_timeout)
     global _ENGINE
-    _ENGINE = _hl7_engine(key_file, profile, stack)
+    from text_deid.stack import LlmSettings
+
+    _ENGINE = _hl7_engine(key_file, profile, stack, LlmSettings(llm_url, llm_model))
     trail = audit_cli.open_trail(audit, audit_key_file)
     audit_hook = _audit_hook(trail, _ENGINE.__self__) if trail is not None else None
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,

@@ -89,7 +89,7 @@ def risk_command(
                           "key_ids": sorted(release.key_ids), "profiles": sorted(release.profiles)}
     figures["audit"] = audit_coverage(release, audit_store, audit_key_file)
     if gold_records is not None:
-        figures["residual_phi"] = _residual(gold_records, stack, release.narrative_chars, gold)
+        figures["residual_phi"] = _residual(gold_records, stack, release.narrative_chars, gold, llm_url, llm_model)
     figures["versions"] = _versions(release, figures)
     figures["thresholds"] = risk.check(thresholds, figures)
     figures["verdict"] = "pass" if all(c["passed"] for c in figures["thresholds"]) else "fail"
@@ -121,14 +121,15 @@ def _load_gold(path: Path) -> list[dict]:
         fail(str(e))
 
 
-def _residual(records: list[dict], stack_name: Optional[str], narrative_chars: int, gold: Path) -> dict:
+def _residual(records: list[dict], stack_name: Optional[str], narrative_chars: int, gold: Path,
+              llm_url: Optional[str] = None, llm_model: Optional[str] = None) -> dict:
     from text_deid.spans import DetectorError
-    from text_deid.stack import StackUnavailable, build_stack
+    from text_deid.stack import LlmSettings, StackUnavailable, build_stack
 
     from adapter.cli import _known
 
     try:
-        stack = build_stack(stack_name)
+        stack = build_stack(stack_name, LlmSettings(llm_url, llm_model))
     except StackUnavailable as e:
         fail(str(e))
     predicted = {}

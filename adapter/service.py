@@ -30,7 +30,7 @@ from fhir_transforms.keys import Key
 from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.record import Deidentifier
 from fhir_transforms.rules import ProfileError, load_profile
-from text_deid.stack import StackUnavailable, build_stack
+from text_deid.stack import LlmSettings, StackUnavailable, build_stack
 
 FHIR_JSON = "application/fhir+json"
 JSON_TYPES = (FHIR_JSON, "application/json")
@@ -51,6 +51,7 @@ class ServiceConfig:
     clock: Callable[[], date] = dates.today
     audit: object | None = None  # adapter.audit.AuditTrail; None records nothing (--audit off)
     engines: dict = field(default_factory=dict)
+    llm: LlmSettings | None = None  # the Ollama endpoint of the LLM stacks (None: the environment)
 
 
 class HttpError(Exception):
@@ -84,7 +85,7 @@ def create_app(config: ServiceConfig) -> FastAPI:
         if key not in config.engines:
             try:
                 config.engines[key] = Deidentifier(load_profile(key[0]), Pseudonymizer(config.key),
-                                                   build_stack(key[1]), config.clock, True)
+                                                   build_stack(key[1], config.llm), config.clock, True)
             except ProfileError as e:
                 raise HttpError(400, "invalid", str(e)) from None
             except StackUnavailable as e:
@@ -234,7 +235,8 @@ def create_app(config: ServiceConfig) -> FastAPI:
         if deid is None:
             try:
                 deid = config.engines["hl7"] = HL7Deidentifier.from_names(config.profile, Pseudonymizer(config.key),
-                                                                          build_stack(config.stack), config.clock)
+                                                                          build_stack(config.stack, config.llm),
+                                                                          config.clock)
             except StackUnavailable as e:
                 raise HttpError(503, "transient", str(e)) from None
         text = raw.decode("utf-8", errors="replace")

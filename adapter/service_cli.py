@@ -31,6 +31,10 @@ def serve(
     today: Optional[str] = typer.Option(None, "--today", help="Reference day for ages (YYYY-MM-DD)."),
     audit: Optional[str] = audit_cli.AuditOpt,
     audit_key_file: Optional[Path] = audit_cli.AuditKeyOpt,
+    llm_url: Optional[str] = typer.Option(None, "--llm-url", envvar="DEID_ADAPTER_LLM_URL",
+                                          help="Ollama endpoint for the LLM stacks."),
+    llm_model: Optional[str] = typer.Option(None, "--llm-model", envvar="DEID_ADAPTER_LLM_MODEL",
+                                            help="Ollama model for the LLM stacks."),
 ) -> None:
     """Serve POST /fhir/$de-identify, POST /hl7v2/$de-identify, GET /fhir/metadata, /healthz, /readyz, /metrics."""
     import uvicorn
@@ -38,18 +42,20 @@ def serve(
     from adapter.cli import fail
     from adapter.service import ServiceConfig, create_app
     from fhir_transforms.rules import ProfileError, load_profile
-    from text_deid.stack import StackUnavailable, build_stack
+    from text_deid.stack import LlmSettings, StackUnavailable, build_stack
 
+    llm = LlmSettings(llm_url, llm_model)
     try:
         key = keys.load_key(key_file)
         store = TokenStore.load(tokens)
         load_profile(profile)
-        build_stack(stack)
+        build_stack(stack, llm)
     except (keys.KeyError_, TokenFileError, ProfileError, StackUnavailable) as e:
         fail(str(e))
     clock = (lambda d=date.fromisoformat(today): d) if today else dates.today
     trail = audit_cli.open_trail(audit, audit_key_file)
-    config = ServiceConfig(key, store, profile, stack, int(max_body_mb * 1024 * 1024), timeout_s, workers, clock, trail)
+    config = ServiceConfig(key, store, profile, stack, int(max_body_mb * 1024 * 1024), timeout_s, workers, clock, trail,
+                           llm=llm)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     uvicorn.run(create_app(config), host=host, port=port, access_log=False, log_level="warning",
                 ssl_certfile=str(ssl_certfile) if ssl_certfile else None,

@@ -1,7 +1,8 @@
 """Key files: where the secrets come from. Never logged, never in an error message, never in an audit record.
 
 A key file holds one 256-bit secret for one *purpose*: `pseudonym` (the HMAC key of the pseudonym function),
-`audit` (signs the audit trail) or `vault` (AES-GCM key of the re-identification vault). Using a key for the
+`audit` (signs the audit trail), `vault` (AES-GCM key of the re-identification vault) or `review` (AES-GCM key
+of the review queue's held text). Using a key for the
 wrong purpose is refused. Rotation keeps the retired key beside the current one as `PATH.<key id>`; the
 current file plus those siblings form the key ring that verification and the vault read.
 """
@@ -19,8 +20,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 KEY_FILE_ENV = "DEID_ADAPTER_KEY_FILE"
-PURPOSES = ("pseudonym", "audit", "vault")
-ID_PREFIX = {"pseudonym": "k-", "audit": "a-", "vault": "v-"}
+PURPOSES = ("pseudonym", "audit", "vault", "review")
+ID_PREFIX = {"pseudonym": "k-", "audit": "a-", "vault": "v-", "review": "r-"}
 
 
 class KeyError_(ValueError):
@@ -39,7 +40,7 @@ class Key:
 
 
 def key_id_for(secret: bytes, purpose: str = "pseudonym") -> str:
-    """A short public id derived one-way from the secret; its prefix names the purpose (k-, a-, v-)."""
+    """A short public id derived one-way from the secret; its prefix names the purpose (k-, a-, v-, r-)."""
     label = b"deid-adapter key id\x00" if purpose == "pseudonym" else f"deid-adapter {purpose} key id\x00".encode()
     return ID_PREFIX[purpose] + hashlib.sha256(label + secret).hexdigest()[:12]
 

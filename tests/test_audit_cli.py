@@ -17,6 +17,7 @@ from adapter.audit import AuditTrail, sha256_of
 from adapter.cli import app
 from fhir_transforms import keys
 from fhir_transforms.pseudonym import Pseudonymizer
+from text_deid.stack import DEFAULT_STACK
 from tests.audit_stores import dump, store_url  # noqa: F401 — fixture
 from tests.conftest import make_engine
 
@@ -78,7 +79,7 @@ def test_fhir_records_each_output_and_the_chain_verifies(setup):
     assert len(records) == 1
     rec = records[0]
     assert rec["operation"] == "deidentify" and rec["actor"] == "test-operator" and rec["channel"] == "cli"
-    assert rec["profile"] == "safe-harbor" and rec["rules_version"] and rec["stack"] == "patterns"
+    assert rec["profile"] == "safe-harbor" and rec["rules_version"] and rec["stack"] == DEFAULT_STACK
     assert rec["key_id"] == keys.load_key(setup["key_file"]).key_id
     assert rec["output_sha256"] == sha256_of((setup["tmp"] / "out.json").read_bytes())  # `sha256sum out.json`
     assert rec["input_sha256"] == sha256_of(canary_patient())

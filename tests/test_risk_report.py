@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from adapter.cli import app
+from text_deid.stack import DEFAULT_STACK
 from tests.conftest import SHARED, run_cli
 
 SYNTHEA = SHARED / "fhir" / "synthea-bundles"
@@ -64,7 +65,7 @@ def test_report_on_the_shared_exports(exports, tmp_path, name, patients, files):
     audit = figures["audit"]
     assert audit["status"] == "read" and audit["chain_verified"] is True
     assert audit["release_records_not_in_trail"] == 0 and audit["first_seq"] <= audit["last_seq"]
-    assert figures["versions"]["release_stack"] == ["patterns"]
+    assert figures["versions"]["release_stack"] == [DEFAULT_STACK]  # the exports are made with the default stack
     phi = figures["residual_phi"]
     assert phi["gold_documents"] == GOLD_LINES
     lo, hi = phi["residual_phi_chars"]["ci95"]

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+from text_deid.stack import DEFAULT_STACK
 from tests.conftest import SHARED, run_cli
 
 NOTES = [
@@ -54,7 +55,7 @@ def test_eval_on_the_tuning_half_prints_metrics_with_intervals(tmp_path):
     gold.write_text("\n".join(lines) + "\n")
     proc = run_cli("eval", str(gold), "--json", check=True)
     result = json.loads(proc.stdout)
-    assert result["stack"] == "patterns"
+    assert result["stack"] == DEFAULT_STACK
     for metric in ("span_recall", "span_precision", "char_recall", "other_text_removed",
                    "hard_negative_over_redaction", "strict_f1"):
         lo, hi = result[metric]["ci95"]

@@ -13,6 +13,8 @@ WEEKDAY_RE = re.compile(
 )
 SHORT_NUMBER_RE = re.compile(r"^[#\s]*\d{1,3}$")
 AGE_RE = re.compile(r"(\d{1,3})")
+AGE_PHRASE_RE = re.compile(r"^(?:age[ds]?\s*:?\s*)?(\d{1,3})\s*-?\s*(?:years?|yrs?|y\.?/?o\.?|yo)(?:[\s-]*old)?$|"
+                           r"^age[ds]?\s*:?\s*(\d{1,3})$", re.IGNORECASE)
 
 
 def keeps(span: Span, text: str) -> bool:
@@ -29,3 +31,18 @@ def keeps(span: Span, text: str) -> bool:
 def filter_spans(spans: list[Span], text: str, protected: frozenset[str] = frozenset({"known"})) -> list[Span]:
     """Drop spans Safe Harbor keeps; spans of protected detectors (the record's own identifiers) always stay."""
     return [s for s in spans if s.detector in protected or not keeps(s, text)]
+
+
+def keeps_whatever_category(covered: str, category: str) -> bool:
+    """True when Safe Harbor keeps `covered` whatever category a detector gave it (the LLM's types are a guess):
+    an age under 90, a bare year, a time or weekday alone, a number of three digits or fewer.
+    A bare number typed AGE_OVER_89 is the one exception: 90 and over it is PHI."""
+    covered = covered.strip()
+    age = AGE_PHRASE_RE.match(covered)
+    if age:
+        return int(age.group(1) or age.group(2)) < 90
+    if category == "AGE_OVER_89" and covered.isdigit():
+        return int(covered) < 90
+    digits = re.search(r"\d{4}", covered)  # a four-digit number is a year only if it could be one
+    is_year = bool(BARE_YEAR_RE.match(covered)) and (not digits or 1800 <= int(digits.group()) <= 2100)
+    return bool(is_year or TIME_RE.match(covered) or WEEKDAY_RE.match(covered) or SHORT_NUMBER_RE.match(covered))

@@ -10,6 +10,7 @@ from typing import Callable, Sequence
 
 from text_deid import merge, safe_harbor
 from text_deid.detectors import Detector
+from text_deid.detectors.llm import LlmSettings, LlmUnavailable
 from text_deid.spans import DetectorError, KnownIdentifier, Span
 
 
@@ -52,11 +53,33 @@ def _ner() -> Detector:
         raise StackUnavailable(str(e)) from None
 
 
-# Detector name → factory. Later layers (ner, llm) register here.
-DETECTORS: dict[str, Callable[[], Detector]] = {"known": _known, "patterns": _patterns, "gazetteer": _gazetteer, "ner": _ner}
+def _llm(settings: LlmSettings) -> Detector:
+    from text_deid.detectors.llm import LlmDetector
 
-# Filter name → factory of a span filter, applied before the union merge.
-FILTERS: dict[str, Callable[[], SpanFilter]] = {"validation": _validation}
+    try:
+        return LlmDetector(settings)
+    except LlmUnavailable as e:
+        raise StackUnavailable(str(e)) from None
+
+
+def _second_opinion(settings: LlmSettings) -> SpanFilter:
+    from text_deid.second_opinion import SecondOpinion
+
+    try:
+        return SecondOpinion(settings)
+    except LlmUnavailable as e:
+        raise StackUnavailable(str(e)) from None
+
+
+# Detector name → factory. Later layers register here.
+DETECTORS: dict[str, Callable[..., Detector]] = {"known": _known, "patterns": _patterns, "gazetteer": _gazetteer,
+                                                 "ner": _ner, "llm": _llm}
+
+# Filter name → factory of a span filter, applied in order before the union merge.
+FILTERS: dict[str, Callable[..., SpanFilter]] = {"validation": _validation, "second-opinion": _second_opinion}
+
+# Detectors and filters whose factory takes the stack's LlmSettings (the others take nothing).
+LLM_COMPONENTS = frozenset({"llm", "second-opinion"})
 
 # Stack name → detector names (../shared/DESIGN.md).
 STACKS: dict[str, tuple[str, ...]] = {
@@ -65,12 +88,13 @@ STACKS: dict[str, tuple[str, ...]] = {
     "no-llm": ("known", "patterns", "gazetteer", "ner"),
     "precision-first": ("known", "patterns", "llm"),
     "recall-first": ("known", "patterns", "ner", "llm"),
-    "balanced": ("known", "patterns", "ner", "llm", "llm-second-opinion"),
+    "balanced": ("known", "patterns", "ner", "llm"),  # + the second-opinion filter
     "gazetteer": ("known", "patterns", "gazetteer"),  # the no-llm stack without NER, for ablations
 }
 # Stack name → filters run on its spans before the merge; stacks not named here have none.
-STACK_FILTERS: dict[str, tuple[str, ...]] = {name: ("validation",) for name in ("no-llm", "recall-first", "balanced", "gazetteer")}
-DEFAULT_STACK = "patterns"
+STACK_FILTERS: dict[str, tuple[str, ...]] = {name: ("validation",) for name in ("no-llm", "recall-first", "gazetteer")}
+STACK_FILTERS["balanced"] = ("second-opinion", "validation")  # the veto sees every detector's spans, untrimmed
+DEFAULT_STACK = "no-llm"  # ../shared/DESIGN.md: the default when no LLM is configured
 DETECTOR_TIMEOUT_S = 300.0
 
 
@@ -104,8 +128,10 @@ class TextStack:
         known = tuple(known)
         if not texts:
             return []
+        # records repeat the same strings ("Well child visit (procedure)"): detect each distinct text once
+        unique = list(dict.fromkeys(texts))
         pool = self._executor()
-        futures = [(d.name, pool.submit(_run, d, texts, known)) for d in self.detectors]
+        futures = [(d.name, pool.submit(_run, d, unique, known)) for d in self.detectors]
         per_detector = []
         for name, future in futures:
             try:
@@ -119,14 +145,14 @@ class TextStack:
                 raise
             except Exception as e:  # the message of a foreign exception may quote the text: keep only its type
                 raise DetectorError(f"{name}: {type(e).__name__}") from None
-        results = []
-        for i, text in enumerate(texts):
+        by_text = {}
+        for i, text in enumerate(unique):
             spans = [s for found in per_detector for s in found[i]]
             _check_offsets(spans, len(text))
             for span_filter in self.filters:
                 spans = span_filter(spans, text)
-            results.append(merge.union(safe_harbor.filter_spans(spans, text)))
-        return results
+            by_text[text] = merge.union(safe_harbor.filter_spans(spans, text))
+        return [by_text[text] for text in texts]
 
     def detect(self, text: str, known: Sequence[KnownIdentifier] = ()) -> list[Span]:
         return self.detect_many([text], known)[0]
@@ -144,13 +170,29 @@ def _check_offsets(spans: list[Span], length: int) -> None:
             raise DetectorError(f"{s.detector}: span offsets outside the text")
 
 
-def build_stack(name: str | None = None) -> TextStack:
-    """The named stack, or StackUnavailable naming what is missing."""
+def build_stack(name: str | None = None, llm: LlmSettings | None = None) -> TextStack:
+    """The named stack, or StackUnavailable naming what is missing. `llm`: where the LLM components find
+    their model (None: the environment); stacks without an LLM ignore it."""
     name = name or DEFAULT_STACK
     if name not in STACKS:
         raise StackUnavailable(f"unknown stack {name!r} (known: {', '.join(STACKS)})")
     missing = [d for d in STACKS[name] if d not in DETECTORS]
     if missing:
         raise StackUnavailable(f"stack {name!r} needs detectors that are not available here: {', '.join(missing)}")
-    return TextStack(name, [DETECTORS[d]() for d in STACKS[name]],
-                     filters=[FILTERS[f]() for f in STACK_FILTERS.get(name, ())])
+    llm = llm or LlmSettings()
+
+    def make(registry: dict, part: str):
+        return registry[part](llm) if part in LLM_COMPONENTS else registry[part]()
+
+    try:
+        return TextStack(name, [make(DETECTORS, d) for d in STACKS[name]],
+                         filters=[make(FILTERS, f) for f in STACK_FILTERS.get(name, ())])
+    except StackUnavailable as e:
+        raise StackUnavailable(f"stack {name!r} is not available here: {e}") from None
+
+
+def detector_versions(stack: TextStack) -> dict[str, dict[str, str]]:
+    """Each detector's version, model and prompt version where it has them: what eval records carry."""
+    return {d.name: {k: str(v) for k in ("version", "model", "prompt_version")
+                     if isinstance(v := getattr(d, k, None), (str, int, float)) and v != ""}
+            for d in stack.detectors}

@@ -1,0 +1,206 @@
+"""The clinical NER detector: exact offsets, windowing, all-caps names, fail-closed, determinism."""
+from __future__ import annotations
+
+import copy
+import os
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from text_deid.detectors import ner as ner_mod  # noqa: E402
+from text_deid.detectors.ner import DEFAULT_MODEL, NerDetector, NerUnavailable  # noqa: E402
+from text_deid.spans import DetectorError  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not os.path.isdir(DEFAULT_MODEL), reason="default NER model not present")
+
+
+@pytest.fixture(scope="module")
+def det():
+    # the mechanics (windows, offsets, casing) are tested at a fixed threshold, apart from the tuned default
+    return NerDetector(threshold=0.5)
+
+
+def test_default_threshold_is_the_tuned_one(monkeypatch):
+    from text_deid.detectors.ner import DEFAULT_THRESHOLD
+
+    monkeypatch.delenv("DEID_ADAPTER_NER_THRESHOLD", raising=False)
+    assert NerDetector().threshold == DEFAULT_THRESHOLD == 0.95
+
+
+def _found(det, text):
+    return [(text[s.start:s.end], s.category) for s in det.detect(text)]
+
+
+def _span(text, value, start=0):
+    i = text.index(value, start)
+    return i, i + len(value)
+
+
+def test_exact_offsets_name_place_date(det):
+    text = "Pt Maria Gonzalez seen by Dr. Kowalski at Riverside Medical Center on 03/14/2023 for CHF."
+    spans = det.detect(text)
+    got = {(s.start, s.end, s.category) for s in spans}
+    assert (*_span(text, "Maria Gonzalez"), "NAME") in got
+    assert (*_span(text, "Kowalski"), "NAME") in got
+    assert (*_span(text, "Riverside Medical Center"), "GEOGRAPHIC_LOCATION") in got
+    assert (*_span(text, "03/14/2023"), "DATE") in got
+    assert all(s.detector == "ner" and 0.0 < s.confidence <= 1.0 for s in spans)
+
+
+def test_city_state_and_initial(det):
+    text = "Referring case: Anna S., from Boise, Idaho, on Lasix."
+    found = _found(det, text)
+    assert ("Anna S.", "NAME") in found
+    assert ("Boise, Idaho", "GEOGRAPHIC_LOCATION") in found
+    assert not any("Lasix" in v for v, _ in found)
+
+
+def test_all_caps_name(det):
+    text = "PATIENT: SMITH, JOHN\nMRN: 48213377\nAdmission Date: 01/02/2024"
+    spans = det.detect(text)
+    for value in ("SMITH", "JOHN"):
+        a, b = _span(text, value)
+        assert any(x.category == "NAME" and x.start <= a and b <= x.end for x in spans), value
+
+
+def test_hard_negatives_alone(det):
+    text = "Hx of Parkinson's disease and Crohn's disease. Foley catheter in place. Will recheck BMP. May discharge."
+    names = [v for v, c in _found(det, text) if c in ("NAME", "GEOGRAPHIC_LOCATION")]
+    assert names == []
+
+
+def _small(det, max_len=16, stride=4):
+    small = copy.copy(det)  # same model, small windows
+    small.max_len, small.stride = max_len, stride
+    return small
+
+
+def test_window_boundary_name_found_once(det):
+    small = _small(det)
+    name = "Maria Gonzalez"
+    for n in range(12):  # find a prefix that puts a window edge inside the name
+        text = "Will recheck BMP in AM and continue Lasix " + "as ordered " * n + f"today, pt {name} called her daughter."
+        a, b = _span(text, name)
+        offs = small.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+        toks = [k for k, (s, e) in enumerate(offs) if s < b and e > a]
+        wins = small._windows(len(offs))
+        if len(wins) > 1 and any(toks[0] < w1 <= toks[-1] for _, w1 in wins[:-1]):
+            break
+    else:
+        pytest.fail("no prefix put a window edge inside the name")
+    names = [(s.start, s.end) for s in small.detect(text) if s.category == "NAME"]
+    assert names.count((a, b)) == 1
+    assert sum(1 for s, e in names if s < b and e > a) == 1
+    # same spans as with one big window
+    key = lambda spans: [(x.start, x.end, x.category) for x in spans if x.category == "NAME"]  # noqa: E731
+    assert key(small.detect(text)) == key(det.detect(text))
+
+
+def test_long_note_windows_cover_every_name(det):
+    sentence = "Called Dr. Kowalski about BP; pt Maria Gonzalez resting. "
+    text = sentence * 40  # about 600 tokens: several overlapping windows of 128
+    assert len(det._windows(len(det.tokenizer(text, add_special_tokens=False)["input_ids"]))) > 4
+    spans = det.detect(text)
+    for k in range(40):
+        base = k * len(sentence)
+        for value in ("Kowalski", "Maria Gonzalez"):
+            a, b = _span(sentence, value)
+            assert any(x.category == "NAME" and x.start <= base + a and base + b <= x.end for x in spans), (k, value)
+    for x in spans:  # offsets map back to whole words
+        assert text[x.start].isalnum() and (x.start == 0 or not text[x.start - 1].isalnum())
+        assert x.end == len(text) or not (text[x.end].isalnum() and text[x.end - 1].isalnum())
+
+
+def test_determinism(det):
+    text = "Discharged to St. Mary's Hospital in Fresno, CA on March 3, 2021; f/u with Dr. Alvarez."
+    first = det.detect(text)
+    assert first and det.detect(text) == first == copy.copy(det).detect(text)
+
+
+def test_missing_model_fails_closed(tmp_path):
+    with pytest.raises(NerUnavailable, match="model folder not found"):
+        NerDetector(model_path=str(tmp_path / "nope"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(NerUnavailable, match="weights"):
+        NerDetector(model_path=str(tmp_path / "empty"))
+
+
+def test_stack_unavailable_when_model_missing(monkeypatch, tmp_path):
+    from text_deid.stack import StackUnavailable, build_stack
+
+    monkeypatch.setenv("DEID_ADAPTER_NER_MODEL", str(tmp_path / "missing-model"))
+    with pytest.raises(StackUnavailable, match="ner: model folder not found"):
+        build_stack("ner-only")
+
+
+def test_bad_label_map_fails(tmp_path):
+    bad = tmp_path / "labels.json"
+    bad.write_text('{"NAME": "NAME"}')  # the model has more types than this
+    with pytest.raises(NerUnavailable, match="not in the label map"):
+        NerDetector(labels_path=str(bad))
+    bad.write_text('{"NAME": "PERSON"}')
+    with pytest.raises(NerUnavailable, match="unknown category"):
+        NerDetector(labels_path=str(bad))
+
+
+def test_inference_error_fails_closed(det, monkeypatch):
+    secret = "Maria Gonzalez"
+
+    def boom(*a, **k):
+        raise RuntimeError(f"tensor problem near {secret}")
+
+    monkeypatch.setattr(det, "model", boom)
+    with pytest.raises(DetectorError) as e:
+        det.detect(f"pt {secret} seen today")
+    assert secret not in str(e.value) and "ner" in str(e.value)
+
+
+def test_garbage_output_fails_closed(det, monkeypatch):
+    import torch
+
+    class Out:
+        def __init__(self, logits):
+            self.logits = logits
+
+    monkeypatch.setattr(det, "model", lambda input_ids, attention_mask: Out(torch.full((*input_ids.shape, len(det._label_cat)), float("nan"))))
+    with pytest.raises(DetectorError, match="not finite"):
+        det.detect("pt Maria Gonzalez seen today")
+    monkeypatch.setattr(det, "model", lambda input_ids, attention_mask: Out(torch.zeros((1, 2, 3))))
+    with pytest.raises(DetectorError, match="shape"):
+        det.detect("pt Maria Gonzalez seen today")
+
+
+def test_stack_fails_record_on_ner_error(det):
+    from text_deid.stack import DETECTORS, TextStack
+
+    assert "ner" in DETECTORS
+    ner = copy.copy(det)
+
+    def boom(*a, **k):
+        raise ValueError("x")
+
+    ner.model = boom
+    stack = TextStack("t", [DETECTORS["patterns"](), ner])
+    with pytest.raises(DetectorError):
+        stack.detect("pt Maria Gonzalez seen today")
+
+
+def test_label_prefixes():
+    assert ner_mod._split_label("B-PATIENT") == ("B", "PATIENT")
+    assert ner_mod._split_label("U-HOSP") == ("U", "HOSP")
+    assert ner_mod._split_label("O") == (None, None)
+    assert ner_mod._split_label("PERSON") == ("I", "PERSON")
+
+
+def test_without_torch_the_stack_is_unavailable(monkeypatch):
+    import sys
+
+    from text_deid.stack import StackUnavailable, _ner
+
+    monkeypatch.setitem(sys.modules, "torch", None)  # as if torch were not installed
+    with pytest.raises(NerUnavailable, match="needs torch and transformers"):
+        NerDetector()
+    with pytest.raises(StackUnavailable, match="deid-adapter\\[ner\\]"):
+        _ner()

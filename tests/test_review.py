@@ -1,0 +1,237 @@
+"""Review of low-confidence spans: routing, the sealed queue (SQLite and PostgreSQL), decisions and release,
+sign-in, roles, sites, CSRF, and the training export."""
+from __future__ import annotations
+
+import json
+import sqlite3
+import stat
+import uuid
+
+import pytest
+from fastapi.testclient import TestClient
+
+from adapter.review_app import create_review_app
+from adapter.review_auth import UserStore, UsersFileError, check_password, hash_password
+from adapter.review_export import export_examples
+from adapter.review_flow import DecisionError, decide, release, route
+from adapter.review_queue import QueueError, ReviewQueue, Thresholds, iter_sealed
+from fhir_transforms import keys
+from fhir_transforms.errors import RecordRefused
+from tests.review_support import NOTE, PASSWORDS, make_setup, observation, released_text, secrets_of
+
+
+@pytest.fixture
+def setup(tmp_path, test_key):
+    return make_setup(tmp_path / "review", test_key)
+
+
+def signed_in(setup, name: str) -> tuple[TestClient, str]:
+    client = TestClient(create_review_app(setup.config()))
+    page = client.get("/login").text
+    csrf = page.split('name="csrf" value="')[1].split('"')[0]
+    r = client.post("/login", data={"name": name, "password": PASSWORDS[name], "csrf": csrf}, follow_redirects=False)
+    assert r.status_code == 303
+    page = client.get("/").text
+    return client, page.split('name="csrf-token" content="')[1].split('"')[0]
+
+
+# --- routing
+
+
+@pytest.mark.parametrize("table, held", [
+    ({"DATE": 0.95}, True),           # the date (0.90) is below 0.95
+    ({"DATE": 0.9, "PHONE_NUMBER": 0.85}, False),  # at the threshold is not below it
+    ({}, False),                      # default 0: nothing is held
+])
+def test_a_record_is_held_when_a_span_is_below_its_threshold(setup, table, held):
+    routed = route(setup.engine, observation(), "Observation", Thresholds.from_json({"thresholds": table}),
+                   setup.queue, "north")
+    assert routed.held is held
+    assert len(setup.queue.rows("north")) == int(held)
+    if not held:
+        assert routed.result.resource["note"][0]["text"].startswith("Seen on [DATE]")
+
+
+def test_thresholds_file_and_priority(tmp_path):
+    path = tmp_path / "review.yaml"
+    path.write_text("thresholds:\n  NAME: 0.85\n  DATE: 0.6\ndefault: 0.5\n")
+    t = Thresholds.load(path)
+    assert (t.threshold("NAME"), t.threshold("DATE"), t.threshold("URL")) == (0.85, 0.6, 0.5)
+    path.write_text("thresholds: {NAMES: 0.8}\n")
+    with pytest.raises(ValueError, match="unknown categories"):
+        Thresholds.load(path)
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        Thresholds.from_json({"thresholds": {"NAME": 1.5}})
+
+
+def test_queue_lists_the_least_certain_first(setup):
+    low = setup.hold(observation("Seen 03/14/2025, 04/01/2025, 05/02/2025, 06/03/2025 and 07/04/2025."))
+    high = setup.hold()
+    assert [r.id for r in setup.queue.rows("north")] == [low, high]
+
+
+# --- sealed at rest
+
+
+def test_held_text_is_not_readable_in_the_database_without_the_review_key(setup, tmp_path):
+    item = setup.hold(observation(family="Marsh"))
+    raw = (setup.root / "review.sqlite").read_bytes() + b"".join(
+        (setup.root / f"review.sqlite{s}").read_bytes() for s in ("-wal",) if (setup.root / f"review.sqlite{s}").exists())
+    for secret in ("Alvarez", "Quentin", "617-555-0142", "03/14/2025", "Marsh"):
+        assert secret.encode() not in raw
+    row = sqlite3.connect(setup.root / "review.sqlite").execute("select * from deid_review_item").fetchone()
+    assert not any("Alvarez" in str(v) for v in row)
+    other = ReviewQueue(setup.queue.url, keys.load_key(keys.init_key_file(tmp_path / "other.key", "review") and
+                                                       tmp_path / "other.key", "review"))
+    with pytest.raises(QueueError, match="not the one given"):
+        other.open(item, "north")
+    assert ReviewQueue(setup.queue.url, setup.review_key).open(item, "north").texts[1].text == NOTE
+
+
+def test_a_sealed_record_moved_to_another_site_does_not_open(setup):
+    item = setup.hold()
+    with setup.queue.engine.begin() as conn:
+        conn.exec_driver_sql("update deid_review_item set site='south' where id=?", (item,))
+    with pytest.raises(QueueError, match="does not decrypt"):
+        setup.queue.open(item, "south")
+
+
+def test_queue_on_postgresql(tmp_path, test_key):
+    try:
+        setup = make_setup(tmp_path / "pg", test_key, "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+    except QueueError as e:
+        pytest.fail(f"PostgreSQL at 127.0.0.1:5432 (db test) is needed: {e}")
+    site = f"pg-{uuid.uuid4().hex[:8]}"
+    item = setup.hold(site=site)
+    held = setup.queue.open(item, site)
+    decisions = decide(held, [])
+    assert "[DATE]" in release(setup.engine, held, decisions).resource["note"][0]["text"]
+    assert setup.queue.close_item(item, site, "released", "rita", [d.to_json() for d in decisions])
+    assert not setup.queue.close_item(item, site, "released", "rita", [])  # never twice
+
+
+# --- decisions
+
+
+def test_undecided_spans_are_confirmed_and_bad_decisions_refused(setup):
+    held = setup.queue.open(setup.hold(), "north")
+    assert [d.action for d in decide(held, [])] == ["confirm", "confirm"]
+    with pytest.raises(DecisionError):
+        decide(held, [{"text": 1, "start": 5, "end": 999, "category": "NAME", "action": "add"}])
+    with pytest.raises(DecisionError):
+        decide(held, [{"text": 1, "origin": 0, "category": "NOT_A_CATEGORY", "action": "change"}])
+    changed = decide(held, [{"text": 1, "origin": 1, "category": "FAX_NUMBER", "action": "change"}])
+    assert "[FAX_NUMBER]" in release(setup.engine, held, changed).resource["note"][0]["text"]
+
+
+def test_the_leak_guard_refuses_a_release_that_rejects_a_known_identifier(setup):
+    held = setup.queue.open(setup.hold(observation(NOTE.replace("Quentin Marsh", "Quentin Marshfield") + " Marshfield",
+                                                   family="Marshfield")), "north")
+    spans = held.texts[-1].spans
+    known = [i for i, s in enumerate(spans) if s.detector == "known"]
+    assert known
+    with pytest.raises(RecordRefused, match="leak guard"):
+        release(setup.engine, held, decide(held, [{"text": len(held.texts) - 1, "origin": i, "action": "reject"}
+                                                  for i in known]))
+
+
+# --- sign-in, roles, sites, CSRF
+
+
+def test_passwords_are_scrypt_hashed_and_the_users_file_must_be_private(setup):
+    stored = hash_password("s3cret")
+    assert stored.startswith("scrypt$") and "s3cret" not in stored
+    assert check_password("s3cret", stored) and not check_password("S3cret", stored)
+    assert "rita-pass-1" not in setup.users_file.read_text()
+    assert stat.S_IMODE(setup.users_file.stat().st_mode) == 0o600
+    store = UserStore.load(setup.users_file)
+    assert store.authenticate("rita", "wrong") is None and store.authenticate("nobody", "x") is None
+    setup.users_file.chmod(0o644)
+    with pytest.raises(UsersFileError, match="chmod 600"):
+        UserStore.load(setup.users_file)
+
+
+def test_no_access_without_sign_in(setup):
+    item = setup.hold()
+    client = TestClient(create_review_app(setup.config()))
+    r = client.get("/", headers={"accept": "text/html"}, follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/login"
+    assert client.get(f"/records/{item}").status_code == 401
+    assert client.post(f"/records/{item}/release", json={"decisions": []}).status_code == 401
+    assert client.get("/admin").status_code == 401
+    client.cookies.set("deid_review_session", "forged")
+    assert client.get("/").status_code == 401
+
+
+def test_sign_in_needs_the_form_csrf_token_and_the_right_password(setup):
+    client = TestClient(create_review_app(setup.config()))
+    client.get("/login")
+    assert client.post("/login", data={"name": "rita", "password": PASSWORDS["rita"]}).status_code == 403
+    page = client.get("/login").text
+    csrf = page.split('name="csrf" value="')[1].split('"')[0]
+    assert client.post("/login", data={"name": "rita", "password": "nope", "csrf": csrf}).status_code == 401
+
+
+def test_release_needs_the_csrf_token(setup):
+    item = setup.hold()
+    client, csrf = signed_in(setup, "rita")
+    assert client.post(f"/records/{item}/release", json={"decisions": []}).status_code == 403
+    assert client.post(f"/records/{item}/release", json={"decisions": []},
+                       headers={"x-csrf-token": "x" + csrf[1:]}).status_code == 403
+    r = client.post(f"/records/{item}/release", json={"decisions": []}, headers={"x-csrf-token": csrf})
+    assert r.status_code == 200 and r.json()["status"] == "released"
+    assert released_text(setup, item).startswith("Seen on [DATE] by Dr. Alvarez; call [PHONE_NUMBER].")
+    again = client.post(f"/records/{item}/release", json={"decisions": []}, headers={"x-csrf-token": csrf})
+    assert again.status_code == 409
+
+
+def test_a_reviewer_cannot_act_as_admin(setup):
+    item = setup.hold()
+    client, csrf = signed_in(setup, "rita")
+    assert client.get("/admin").status_code == 403
+    assert client.post(f"/admin/records/{item}/discard", data={"csrf": csrf}).status_code == 403
+    admin, admin_csrf = signed_in(setup, "adam")
+    assert admin.get("/admin").status_code == 200
+    assert admin.post(f"/admin/records/{item}/discard", data={"csrf": admin_csrf, "reason": "duplicate"},
+                      follow_redirects=False).status_code == 303
+    assert setup.queue.row(item).status == "discarded"
+    assert [r["detail"]["decision"] for r in setup.trail.export(operations=["review"])] == ["discard"]
+
+
+def test_a_reviewer_sees_no_other_sites_data_and_no_key(setup, test_key):
+    south = setup.hold(observation(NOTE.replace("Alvarez", "Southwood")), site="south")
+    north = setup.hold()
+    client, csrf = signed_in(setup, "rita")
+    listing = client.get("/").text
+    assert north in listing and south not in listing
+    assert client.get(f"/records/{south}").status_code == 404
+    assert client.post(f"/records/{south}/release", json={"decisions": []},
+                       headers={"x-csrf-token": csrf}).status_code == 404
+    page = client.get(f"/records/{north}").text
+    assert "Alvarez" in page and "Southwood" not in page
+    for text in (listing, page, client.get("/static/review.js").text):
+        assert all(s not in text for s in secrets_of(setup, test_key))
+        assert setup.review_key.key_id not in text
+    assert client.get(f"/records/{north}").headers["cache-control"] == "no-store"
+
+
+# --- training export
+
+
+def test_export_keeps_text_sealed_without_the_review_key(setup, tmp_path):
+    item = setup.hold()
+    client, csrf = signed_in(setup, "rita")
+    start = NOTE.index("Quentin")
+    decisions = [{"text": 1, "origin": 1, "action": "reject"},
+                 {"text": 1, "start": start, "end": start + 13, "category": "NAME", "action": "add"}]
+    assert client.post(f"/records/{item}/release", json={"decisions": decisions},
+                       headers={"x-csrf-token": csrf}).status_code == 200
+    sealed_out, plain_out = tmp_path / "sealed.jsonl", tmp_path / "plain.jsonl"
+    assert export_examples(iter_sealed(ReviewQueue(setup.queue.url, None), "north"), None, sealed_out) == 1
+    assert "Quentin" not in sealed_out.read_text() and "text" not in json.loads(sealed_out.read_text())
+    assert export_examples(iter_sealed(setup.queue, "north"), setup.queue, plain_out) == 1
+    example = json.loads(plain_out.read_text())
+    assert example["text"] == NOTE
+    assert example["spans"] == [{"start": 8, "end": 18, "category": "DATE"},
+                                {"start": start, "end": start + 13, "category": "NAME"}]
+    assert stat.S_IMODE(plain_out.stat().st_mode) == 0o600

@@ -1,0 +1,1 @@
+"""Training the project's default clinical NER model from synthetic notes (see `train.py`)."""
