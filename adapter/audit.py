@@ -243,6 +243,13 @@ def database_url(target: str | os.PathLike | None) -> str:
     return f"sqlite:///{path}"
 
 
+def create_tables(conn: Connection, tables: MetaData) -> None:
+    """Create a store's tables; on PostgreSQL under an advisory lock, so processes starting together do not race."""
+    if conn.engine.dialect.name == "postgresql":
+        conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": PG_SCHEMA_LOCK})
+    tables.create_all(conn)
+
+
 def make_engine(url: str) -> Engine:
     """An engine whose write transactions serialize: SQLite in WAL mode with synchronous=FULL and BEGIN IMMEDIATE."""
     if not url.startswith("sqlite"):
@@ -324,9 +331,7 @@ class AuditTrail:
 
     def _ensure_schema(self) -> None:
         with self.engine.begin() as conn:
-            if self.is_postgres:
-                conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": PG_SCHEMA_LOCK})
-            metadata.create_all(conn)
+            create_tables(conn, metadata)
             if conn.execute(select(head.c.id)).first() is None:
                 if conn.execute(select(records.c.seq).limit(1)).first() is not None:
                     raise AuditError(f"audit store {self.display_url}: records without a head checkpoint (the head row "

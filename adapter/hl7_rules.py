@@ -12,10 +12,9 @@ from datetime import date
 from functools import lru_cache
 from pathlib import Path
 
-import yaml
 
 from fhir_transforms import dates
-from fhir_transforms.rules import METHODS, PROFILES, ProfileError, check_options
+from fhir_transforms.rules import METHODS, ProfileError, check_options, read_profile_file
 
 MAPPINGS = Path(__file__).resolve().parent.parent / "mappings" / "hl7v2"
 # YYYY[MM[DD[HH[MM[SS[.S[S[S[S]]]]]]]]][+/-ZZZZ]
@@ -141,24 +140,10 @@ def _rule(spec, where: str, datatypes: set[str]) -> Rule:
     return Rule(method=method, options=options)
 
 
-def _raw(name: str) -> dict:
-    path = MAPPINGS / f"{name}.yaml"
-    if not path.exists():
-        raise ProfileError(f"unknown profile {name!r} (known: {', '.join(PROFILES)})")
-    doc = yaml.safe_load(path.read_text())
-    if "extends" in doc:
-        base = _raw(doc["extends"])
-        merged = {**base, **{k: v for k, v in doc.items() if k not in ("fields", "datatypes")}}
-        for section in ("fields", "datatypes"):
-            merged[section] = {**base.get(section, {}), **doc.get(section, {})}
-        return merged
-    return doc
-
-
 @lru_cache(maxsize=None)
 def load_hl7_profile(name: str) -> HL7Profile:
     """Read and check an HL7v2 profile by name; every method and datatype it names must be known."""
-    doc = _raw(name)
+    doc = read_profile_file(MAPPINGS, name, ("fields", "datatypes"))
     names = set(doc.get("datatypes", {}))
     datatypes: dict[str, Rule | Datatype] = {}
     for dt, spec in doc.get("datatypes", {}).items():

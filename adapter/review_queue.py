@@ -21,7 +21,7 @@ from typing import Iterator, Optional, Sequence
 import yaml
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from sqlalchemy import Column, Float, Index, Integer, MetaData, String, Table, Text, insert, select, text, update
+from sqlalchemy import Column, Float, Index, Integer, MetaData, String, Table, Text, insert, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
 from adapter import audit
@@ -173,9 +173,7 @@ class ReviewQueue:
         self.engine = audit.make_engine(url)
         try:
             with self.engine.begin() as conn:
-                if self.engine.dialect.name == "postgresql":
-                    conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": audit.PG_SCHEMA_LOCK})
-                metadata.create_all(conn)
+                audit.create_tables(conn, metadata)
         except SQLAlchemyError as e:
             raise QueueError(f"review queue {self.display_url}: {type(e).__name__}") from None
 

@@ -17,7 +17,7 @@ from typing import Optional, Sequence
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from sqlalchemy import Column, Index, Integer, MetaData, String, Table, Text, UniqueConstraint, select, text
+from sqlalchemy import Column, Index, Integer, MetaData, String, Table, Text, UniqueConstraint, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -84,9 +84,7 @@ class Vault:
         self.seen: set[tuple[str, str, str]] = set()
         try:
             with self.engine.begin() as conn:
-                if self.engine.dialect.name == "postgresql":
-                    conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": audit.PG_SCHEMA_LOCK})
-                metadata.create_all(conn)
+                audit.create_tables(conn, metadata)
         except SQLAlchemyError as e:
             raise VaultError(f"vault store {self.display_url}: {type(e).__name__}") from None
 

@@ -72,23 +72,26 @@ def check_options(method: str, options: dict, where: str) -> None:
             raise ProfileError(f"{where}: {e}") from None
 
 
-def _raw(name: str) -> dict:
-    path = MAPPINGS / f"{name}.yaml"
+def read_profile_file(folder: Path, name: str, sections: tuple[str, ...] = ("rules",)) -> dict:
+    """A profile's YAML with `extends` resolved: the child's `sections` (rule tables) are merged into the
+    base's, key by key; every other key of the child replaces the base's. FHIR and HL7v2 profiles share this."""
+    path = folder / f"{name}.yaml"
     if not path.exists():
         raise ProfileError(f"unknown profile {name!r} (known: {', '.join(PROFILES)})")
     doc = yaml.safe_load(path.read_text())
-    if "extends" in doc:
-        base = _raw(doc["extends"])
-        merged = {**base, **{k: v for k, v in doc.items() if k != "rules"}}
-        merged["rules"] = {**base.get("rules", {}), **doc.get("rules", {})}
-        return merged
-    return doc
+    if "extends" not in doc:
+        return doc
+    base = read_profile_file(folder, doc["extends"], sections)
+    merged = {**base, **{k: v for k, v in doc.items() if k not in sections}}
+    for section in sections:
+        merged[section] = {**base.get(section, {}), **doc.get(section, {})}
+    return merged
 
 
 @lru_cache(maxsize=None)
 def load_profile(name: str) -> Profile:
     """Read and check a profile by name; every rule's method must be known."""
-    doc = _raw(name)
+    doc = read_profile_file(MAPPINGS, name)
     rules = {path: _rule(spec, f"{name}: {path}") for path, spec in doc.get("rules", {}).items()}
     ids = doc.get("identifiers", {})
     return Profile(
