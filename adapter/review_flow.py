@@ -23,13 +23,10 @@ class DecisionError(ValueError):
     """The submitted decisions do not fit the held record (bad offsets, category or action)."""
 
 
-@dataclass
-class RecordingStack:
-    """A text stack that runs `inner` and keeps the texts and spans of the last record (one record per instance)."""
+class _WrappedStack:
+    """Looks like the wrapped text stack to the engine and the audit trail (same name, same detectors)."""
 
     inner: object
-    texts: list[str] = field(default_factory=list)
-    spans: list[list[Span]] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -38,6 +35,15 @@ class RecordingStack:
     @property
     def detectors(self):
         return self.inner.detectors
+
+
+@dataclass
+class RecordingStack(_WrappedStack):
+    """A text stack that runs `inner` and keeps the texts and spans of the last record (one record per instance)."""
+
+    inner: object
+    texts: list[str] = field(default_factory=list)
+    spans: list[list[Span]] = field(default_factory=list)
 
     def detect_many(self, texts, known, timings=None):
         found = self.inner.detect_many(texts, known, timings)
@@ -46,20 +52,12 @@ class RecordingStack:
 
 
 @dataclass
-class DecidedStack:
+class DecidedStack(_WrappedStack):
     """A text stack that answers the reviewer's spans, and refuses if the texts are not the ones that were held."""
 
     inner: object
     texts: list[str]
     spans: list[list[Span]]
-
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
-    @property
-    def detectors(self):
-        return self.inner.detectors
 
     def detect_many(self, texts, known, timings=None):
         if list(texts) != self.texts:
