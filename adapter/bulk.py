@@ -29,7 +29,7 @@ from typing import Callable, Iterable, Iterator
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from adapter import fhir_files
+from adapter import audit, fhir_files
 from fhir_transforms import dates, known as known_ids, references
 from fhir_transforms.errors import DetectorFailed, InputError, RecordRefused
 from fhir_transforms.keys import Key, key_id_for
@@ -60,6 +60,7 @@ class Settings:
     index_path: str
     index_key: bytes = field(repr=False)
     llm: LlmSettings | None = None  # the Ollama endpoint of the LLM stacks
+    actor: str = "bulk"  # who the audit records name
 
     def engine(self) -> Deidentifier:
         day = date.fromisoformat(self.today)
@@ -284,10 +285,12 @@ class Worker:
     engine: Deidentifier
     index: PatientIndex
     validate: str
+    actor: str = "bulk"
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "Worker":
-        return cls(settings.engine(), PatientIndex(Path(settings.index_path), settings.index_key), settings.validate)
+        return cls(settings.engine(), PatientIndex(Path(settings.index_path), settings.index_key), settings.validate,
+                   settings.actor)
 
 
 def process_chunk(root: Path, chunk: Chunk, worker: Worker) -> tuple[bytes, dict]:
@@ -301,6 +304,8 @@ def process_chunk(root: Path, chunk: Chunk, worker: Worker) -> tuple[bytes, dict
     out: list[dict] = []
     written: dict[str, int] = {}
     refusals: list[list] = []
+    entries: list = []  # audit entries (hashes, locations; no PHI), appended by the driver before the part is kept
+    who = {"actor": worker.actor, "channel": "bulk", "data_format": "fhir"}
     for n, line in enumerate(raw.splitlines(), chunk.first_line):
         if not line.strip():
             continue
@@ -312,13 +317,18 @@ def process_chunk(root: Path, chunk: Chunk, worker: Worker) -> tuple[bytes, dict
         linked = [k for p in sorted(linked_patients(res) | ({res.get("id")} - {None}))
                   for k in index.lookup(engine.pseudo.resource_id(p))]
         engine.validate = _validates(worker.validate, chunk.file, n)
+        where = f"{chunk.file}: line {n}"
         try:
-            out.append(engine.deidentify(res, f"{chunk.file}: line {n}", linked).resource)
+            result = engine.deidentify(res, where, linked)
         except (InputError, RecordRefused) as e:
             refusals.append([n, rid, refusal_reason(e)])
+            entries.append(audit.refusal(engine, input=res, reason=refusal_reason(e), **who))
             continue
+        out.append(result.resource)
+        entries.append(audit.deidentification(engine, input=res, output=fhir_files.serialize([result.resource], True)[:-1],
+                                              findings=result.findings, where=where, root=res["resourceType"], **who))
         written[res["resourceType"]] = written.get(res["resourceType"], 0) + 1
-    return fhir_files.serialize(out, True) if out else b"", {"written": written, "refusals": refusals}
+    return fhir_files.serialize(out, True) if out else b"", {"written": written, "refusals": refusals, "audit": entries}
 
 
 # --- the checkpoint journal --------------------------------------------------------------------------------
@@ -484,6 +494,7 @@ class Outcome:
 
 def run(export: Export, out: Path, settings: Settings, journal: Journal,
         engine_fn: Callable[[list[Chunk]], ChunkResults], *, fail_fast: bool = False, tty: bool | None = None,
+        trail=None,
         log: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True)) -> Outcome:
     """Pass 2 and the finish: map the unfinished chunks, journal them, then join, manifest and summary."""
     todo = [c for c in export.chunks if c.seq not in journal.done]
@@ -493,6 +504,9 @@ def run(export: Export, out: Path, settings: Settings, journal: Journal,
     stopped = False
     try:
         for chunk, data, stats in engine_fn(todo):
+            entries = stats.pop("audit", [])
+            if trail is not None:
+                trail.append(entries)  # durable before the chunk's output is kept
             journal.record(chunk, data, stats)
             progress.advance(chunk.lines)
             if fail_fast and stats["refusals"]:
@@ -574,7 +588,7 @@ def run_identity(root: Path, files: list[str], key_id: str, profile: str, stack:
 def deidentify_export(root: Path, out: Path, secret: bytes, *, profile: str = "safe-harbor", stack: str | None = None,
                       validate: str = "full", today: str | None = None, engine: str = "local", workers: int = 1,
                       master: str | None = None, chunk_bytes: int = DEFAULT_CHUNK_BYTES, fail_fast: bool = False,
-                      tty: bool | None = None, llm: LlmSettings | None = None,
+                      tty: bool | None = None, llm: LlmSettings | None = None, trail=None, actor: str = "bulk",
                       log: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True)) -> Outcome:
     """The whole bulk run: discover, pass 1 (chunks and patient index), pass 2 on `engine`, finish.
 
@@ -591,7 +605,7 @@ def deidentify_export(root: Path, out: Path, secret: bytes, *, profile: str = "s
     journal = Journal(out / WORK_DIR, run_identity(root, files, key_id_for(secret), profile, stack_name, validate, chunk_bytes))
     day = journal.open(today, lambda: dates.today().isoformat())
     settings = Settings(secret, profile, stack_name, day, validate, str(journal.work / "patients.sqlite"),
-                        secrets.token_bytes(32), llm)
+                        secrets.token_bytes(32), llm, actor)
     started = time.monotonic()
     index = PatientIndex(Path(settings.index_path), settings.index_key, create=True)
     chunks, patients = scan(root, files, index, settings.engine(), validate, chunk_bytes)
@@ -605,6 +619,6 @@ def deidentify_export(root: Path, out: Path, secret: bytes, *, profile: str = "s
     else:
         context = contextlib.nullcontext(lambda todo: run_local(root, settings, todo, workers))
     with context as engine_fn:
-        outcome = run(export, out, settings, journal, engine_fn, fail_fast=fail_fast, tty=tty, log=log)
+        outcome = run(export, out, settings, journal, engine_fn, fail_fast=fail_fast, tty=tty, log=log, trail=trail)
     log(f"bulk: {engine} engine, {time.monotonic() - started:.1f} s in all")
     return outcome

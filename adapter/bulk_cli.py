@@ -8,6 +8,8 @@ from typing import Optional
 
 import typer
 
+from adapter import audit_cli
+
 
 class Engine(str, Enum):
     local = "local"
@@ -35,6 +37,9 @@ def bulk(
                                           help="Ollama endpoint for the LLM stacks."),
     llm_model: Optional[str] = typer.Option(None, "--llm-model", envvar="DEID_ADAPTER_LLM_MODEL",
                                             help="Ollama model for the LLM stacks."),
+    audit_store: Optional[str] = audit_cli.AuditOpt,
+    audit_key_file: Optional[Path] = audit_cli.AuditKeyOpt,
+    actor: Optional[str] = audit_cli.ActorOpt,
 ) -> None:
     """De-identify a bulk export into OUTPUT. Refused resources are listed in the summary; the rest is written.
 
@@ -43,6 +48,8 @@ def bulk(
     """
     from datetime import date
 
+    from adapter.audit import AuditError
+    from adapter.audit import default_actor as audit_default_actor
     from adapter.bulk import deidentify_export
     from adapter.cli import EXIT_BAD_INPUT, EXIT_REFUSED, fail
     from fhir_transforms import keys
@@ -65,11 +72,13 @@ def bulk(
             check_spark()
         except SparkUnavailable as e:
             fail(str(e))
+    trail = audit_cli.open_trail(audit_store, audit_key_file)
     try:
         outcome = deidentify_export(input, output, key.secret, profile=profile, stack=stack, validate=validate,
                                     today=today, engine=engine.value, workers=workers, master=master,
-                                    chunk_bytes=chunk_kb * 1024, fail_fast=fail_fast, llm=LlmSettings(llm_url, llm_model))
-    except (InputError, ProfileError, StackUnavailable) as e:
+                                    chunk_bytes=chunk_kb * 1024, fail_fast=fail_fast, llm=LlmSettings(llm_url, llm_model),
+                                    trail=trail, actor=actor or audit_default_actor())
+    except (InputError, ProfileError, StackUnavailable, AuditError) as e:
         fail(str(e))
     if outcome.stopped:
         raise typer.Exit(EXIT_REFUSED)

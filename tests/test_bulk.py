@@ -124,9 +124,19 @@ def refusing_export(tmp_path: Path) -> tuple[Path, str]:
 
 def test_a_refused_resource_is_listed_and_the_rest_is_exported(tmp_path, test_key_file):
     root, refused_id = refusing_export(tmp_path)
+    audit_key = tmp_path / "audit.key"
+    assert cli("keys", "init", "--purpose", "audit", str(audit_key)).returncode == 0
+    audit_opts = ("--audit", str(tmp_path / "audit.sqlite"), "--audit-key-file", str(audit_key))
     done = cli("bulk", str(root), str(tmp_path / "out"), "--key-file", str(test_key_file), "--today", TODAY,
-               "--workers", "1", "--stack", "patterns")
+               "--workers", "2", "--stack", "patterns", *audit_opts)
     assert done.returncode == 3, done.stderr
+    # every resource, written or refused, has its record in one verified chain
+    records = json.loads(cli("audit", "export", "--format", "json", *audit_opts).stdout)
+    records = records["records"] if isinstance(records, dict) else records
+    ops = [r["operation"] for r in records if r["channel"] == "bulk"]
+    assert ops.count("deidentify") == 588 and ops.count("refuse") == 1
+    assert cli("audit", "verify", *audit_opts).returncode == 0
+    assert refused_id not in (tmp_path / "audit.sqlite").read_bytes().decode("latin-1")
     summary = json.loads((tmp_path / "out" / SUMMARY_NAME).read_text())
     assert summary["refused"] == {"unknown-modifier-extension": 1}
     assert summary["refusals"] == [{"file": "Condition.000.ndjson", "line": 6, "id": PSEUDO.resource_id(refused_id),
