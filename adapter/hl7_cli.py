@@ -6,6 +6,7 @@ from typing import Optional
 
 import typer
 
+from adapter import audit, audit_cli
 from fhir_transforms.errors import InputError, RecordRefused
 
 SUFFIXES = (".hl7", ".txt", ".er7")
@@ -34,6 +35,9 @@ def hl7(
                                           help="Ollama endpoint for the LLM stacks."),
     llm_model: Optional[str] = typer.Option(None, "--llm-model", envvar="DEID_ADAPTER_LLM_MODEL",
                                             help="Ollama model for the LLM stacks."),
+    audit_store: Optional[str] = audit_cli.AuditOpt,
+    audit_key_file: Optional[Path] = audit_cli.AuditKeyOpt,
+    actor: Optional[str] = audit_cli.ActorOpt,
 ) -> None:
     """De-identify HL7v2 ER7 messages into OUTPUT. Bad files are reported and skipped; the exit code says so."""
     from adapter import fhir_files
@@ -57,6 +61,8 @@ def hl7(
         fail(str(e))
     if not inputs:
         fail(f"{input}: no .hl7, .txt or .er7 files")
+    trail = audit_cli.open_trail(audit_store, audit_key_file)
+    who = {"actor": actor or audit.default_actor(), "channel": "cli", "data_format": "hl7v2"}
     single = input.is_file()
     counts = {"written": 0, "bad_input": 0, "refused": 0, "messages": 0}
     for path, rel in inputs:
@@ -67,13 +73,20 @@ def hl7(
             except OSError as e:
                 raise InputError(f"{e.strerror}") from None
             result = engine.deidentify_file_text(text)
-            fhir_files.write_atomic(target, result.encode("utf-8"))
+            data = result.encode("utf-8")
+            if trail is not None:  # durable before the output exists; one record per file
+                trail.record_deidentification(engine, input=text, output=data, **who)
+            fhir_files.write_atomic(target, data)
+        except audit.AuditError as e:
+            fail(str(e))
         except InputError as e:
             counts["bad_input"] += 1
             typer.echo(f"bad input  {path}: {e}", err=True)
         except RecordRefused as e:
             counts["refused"] += 1
             typer.echo(f"refused  {path}: {e}", err=True)
+            if trail is not None:
+                trail.record_refusal(engine, input=text, reason=str(e), **who)
         else:
             n = result.count("\rMSH") + result.startswith("MSH")
             counts["written"] += 1

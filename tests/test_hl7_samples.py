@@ -62,18 +62,26 @@ def identifying_values(text: str) -> set[tuple[str, str]]:
     return found
 
 
+AUDIT: list[str] = []  # the audit options of the module's one CLI run
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory, test_key_file):
     out = tmp_path_factory.mktemp("hl7-out")
-    proc = run_cli("hl7", str(DATA), str(out), "--today", "2026-01-15", key_file=test_key_file)
+    audit_key = out.parent / "hl7-audit.key"
+    assert run_cli("keys", "init", "--purpose", "audit", str(audit_key)).returncode == 0
+    AUDIT[:] = ["--audit", str(out.parent / "hl7-audit.sqlite"), "--audit-key-file", str(audit_key)]
+    proc = run_cli("hl7", str(DATA), str(out), "--today", "2026-01-15", *AUDIT, key_file=test_key_file)
     return proc, out
 
 
-def test_every_sample_is_written(run):
+def test_every_sample_is_written_and_audited(run):
     proc, out = run
     assert proc.returncode == 0, proc.stderr[-3000:]
     for path in inputs():
         assert (out / path.relative_to(DATA)).exists(), path.name
+    verify = run_cli("audit", "verify", *AUDIT)
+    assert verify.returncode == 0 and f"{len(inputs())} records" in verify.stdout, verify.stdout
 
 
 @pytest.mark.parametrize("path", inputs(), ids=lambda p: p.name)
