@@ -66,6 +66,9 @@ def spark_engine(root: Path, settings: Settings, workers: int, master: str | Non
     check_spark()
     from pyspark.sql import SparkSession
 
+    # Python workers must run this interpreter (its packages), not whatever `python3` is first on PATH:
+    # pyspark reads PYSPARK_PYTHON when it starts the local workers.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = (SparkSession.builder.appName("deid-adapter bulk")
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
