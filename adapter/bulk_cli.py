@@ -8,6 +8,8 @@ from typing import Optional
 
 import typer
 
+from adapter.cli_options import KeyFile, LlmModel, LlmUrl
+
 from adapter import audit_cli
 
 
@@ -26,17 +28,14 @@ def bulk(
     profile: str = typer.Option("safe-harbor", "--profile", help="safe-harbor (default) or longitudinal."),
     stack: Optional[str] = typer.Option(None, "--stack", help="Text stack: patterns, no-llm, precision-first, "
                                                               "recall-first, balanced."),
-    key_file: Optional[Path] = typer.Option(None, "--key-file", envvar="DEID_ADAPTER_KEY_FILE",
-                                            help="Key file (or DEID_ADAPTER_KEY_FILE).", show_envvar=True),
+    key_file: Optional[Path] = KeyFile,
     validate: str = typer.Option("full", "--validate", help="full, sample (1 resource in 20) or off."),
     today: Optional[str] = typer.Option(None, "--today", help="Reference day for ages (YYYY-MM-DD); default: today, "
                                                               "or the day an interrupted run started."),
     fail_fast: bool = typer.Option(False, "--fail-fast", help="Stop at the first refused resource."),
     chunk_kb: int = typer.Option(1024, "--chunk-kb", min=1, help="Input bytes per unit of work and checkpoint."),
-    llm_url: Optional[str] = typer.Option(None, "--llm-url", envvar="DEID_ADAPTER_LLM_URL",
-                                          help="Ollama endpoint for the LLM stacks."),
-    llm_model: Optional[str] = typer.Option(None, "--llm-model", envvar="DEID_ADAPTER_LLM_MODEL",
-                                            help="Ollama model for the LLM stacks."),
+    llm_url: Optional[str] = LlmUrl,
+    llm_model: Optional[str] = LlmModel,
     audit_store: Optional[str] = audit_cli.AuditOpt,
     audit_key_file: Optional[Path] = audit_cli.AuditKeyOpt,
     actor: Optional[str] = audit_cli.ActorOpt,

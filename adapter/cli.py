@@ -12,6 +12,7 @@ from typing import Optional
 import typer
 
 from adapter import audit_cli, fhir_files
+from adapter.cli_options import KeyFile, LlmModel, LlmUrl, StackOpt
 from adapter.audit import AuditError
 from fhir_transforms import dates, keys
 from fhir_transforms.errors import InputError, RecordRefused
@@ -36,11 +37,6 @@ class Validation(str, Enum):
     off = "off"
 
 
-KeyFile = typer.Option(None, "--key-file", envvar=keys.KEY_FILE_ENV, help="Key file (or DEID_ADAPTER_KEY_FILE).",
-                       show_envvar=True)
-StackOpt = typer.Option(None, "--stack", help="Text stack: patterns, no-llm, precision-first, recall-first, balanced.")
-LlmUrl = typer.Option(None, "--llm-url", envvar="DEID_ADAPTER_LLM_URL", help="Ollama endpoint for the LLM stacks.")
-LlmModel = typer.Option(None, "--llm-model", envvar="DEID_ADAPTER_LLM_MODEL", help="Ollama model for the LLM stacks.")
 
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> None:

@@ -6,6 +6,8 @@ from typing import Optional
 
 import typer
 
+from adapter.cli_options import KeyFile, LlmModel, LlmUrl
+
 from adapter import audit, audit_cli
 from fhir_transforms.errors import InputError, RecordRefused
 
@@ -28,13 +30,10 @@ def hl7(
     profile: str = typer.Option("safe-harbor", "--profile", help="safe-harbor (default) or longitudinal."),
     stack: Optional[str] = typer.Option(None, "--stack", help="Text stack: patterns, no-llm, precision-first, "
                                                               "recall-first, balanced."),
-    key_file: Optional[Path] = typer.Option(None, "--key-file", envvar="DEID_ADAPTER_KEY_FILE",
-                                            help="Key file (or DEID_ADAPTER_KEY_FILE).", show_envvar=True),
+    key_file: Optional[Path] = KeyFile,
     today: Optional[str] = typer.Option(None, "--today", help="Reference day for ages (YYYY-MM-DD); default: today."),
-    llm_url: Optional[str] = typer.Option(None, "--llm-url", envvar="DEID_ADAPTER_LLM_URL",
-                                          help="Ollama endpoint for the LLM stacks."),
-    llm_model: Optional[str] = typer.Option(None, "--llm-model", envvar="DEID_ADAPTER_LLM_MODEL",
-                                            help="Ollama model for the LLM stacks."),
+    llm_url: Optional[str] = LlmUrl,
+    llm_model: Optional[str] = LlmModel,
     audit_store: Optional[str] = audit_cli.AuditOpt,
     audit_key_file: Optional[Path] = audit_cli.AuditKeyOpt,
     actor: Optional[str] = audit_cli.ActorOpt,

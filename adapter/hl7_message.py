@@ -7,7 +7,7 @@ escape what it assigns; hl7apy drops segments it does not expect), and python-hl
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import hl7
 

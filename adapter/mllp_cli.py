@@ -16,6 +16,8 @@ from typing import Callable, Optional
 
 import typer
 
+from adapter.cli_options import KeyFile, LlmModel, LlmUrl
+
 from adapter import audit_cli
 
 from adapter import mllp as edge
@@ -74,10 +76,9 @@ def mllp(
     store: Path = typer.Option(Path("mllp-queue.sqlite"), "--store", help="SQLite store-and-forward queue."),
     profile: str = typer.Option("safe-harbor", "--profile", help="safe-harbor (default) or longitudinal."),
     stack: Optional[str] = typer.Option(None, "--stack", help="Text stack: patterns, no-llm, precision-first, ..."),
-    key_file: Optional[Path] = typer.Option(None, "--key-file", envvar="DEID_ADAPTER_KEY_FILE",
-                                            help="Key file (or DEID_ADAPTER_KEY_FILE).", show_envvar=True),
-    llm_url: Optional[str] = typer.Option(None, "--llm-url", envvar="DEID_ADAPTER_LLM_URL"),
-    llm_model: Optional[str] = typer.Option(None, "--llm-model", envvar="DEID_ADAPTER_LLM_MODEL"),
+    key_file: Optional[Path] = KeyFile,
+    llm_url: Optional[str] = LlmUrl,
+    llm_model: Optional[str] = LlmModel,
     workers: Optional[int] = typer.Option(None, "--workers", help="De-identification processes; default: one per "
                                                                   "CPU; 0: one thread of this process."),
     max_message_bytes: int = typer.Option(edge.DEFAULT_MAX_FRAME, "--max-message-bytes",

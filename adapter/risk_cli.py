@@ -15,14 +15,14 @@ from typing import List, Optional
 
 import typer
 
+from adapter.cli_options import LlmModel, LlmUrl
+
 from adapter import risk
 
 EXIT_THRESHOLD = 1
 EXIT_REFUSED = 3
 StackOpt = typer.Option(None, "--stack", help="Text stack for the gold sample: patterns, no-llm, precision-first, "
                                               "recall-first, balanced (use the one the release was made with).")
-LlmUrl = typer.Option(None, "--llm-url", envvar="DEID_ADAPTER_LLM_URL", help="Ollama endpoint for the LLM stacks.")
-LlmModel = typer.Option(None, "--llm-model", envvar="DEID_ADAPTER_LLM_MODEL", help="Ollama model for the LLM stacks.")
 
 
 def fail(message: str, code: int = 2) -> None:

@@ -8,6 +8,8 @@ from typing import List, Optional
 
 import typer
 
+from adapter.cli_options import LlmModel, LlmUrl
+
 from adapter import audit_cli
 from adapter.service_auth import OPERATIONS, TOKENS_ENV, TokenFileError, TokenStore, add_client
 from fhir_transforms import dates, keys
@@ -31,10 +33,8 @@ def serve(
     today: Optional[str] = typer.Option(None, "--today", help="Reference day for ages (YYYY-MM-DD)."),
     audit: Optional[str] = audit_cli.AuditOpt,
     audit_key_file: Optional[Path] = audit_cli.AuditKeyOpt,
-    llm_url: Optional[str] = typer.Option(None, "--llm-url", envvar="DEID_ADAPTER_LLM_URL",
-                                          help="Ollama endpoint for the LLM stacks."),
-    llm_model: Optional[str] = typer.Option(None, "--llm-model", envvar="DEID_ADAPTER_LLM_MODEL",
-                                            help="Ollama model for the LLM stacks."),
+    llm_url: Optional[str] = LlmUrl,
+    llm_model: Optional[str] = LlmModel,
 ) -> None:
     """Serve POST /fhir/$de-identify, POST /hl7v2/$de-identify, GET /fhir/metadata, /healthz, /readyz, /metrics."""
     import uvicorn
