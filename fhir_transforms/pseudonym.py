@@ -25,6 +25,7 @@ class Pseudonymizer:
         self.key_id = key.key_id
         self._secret = key.secret
         self.digest = lru_cache(maxsize=65536)(self._digest)
+        self._uuid = lru_cache(maxsize=65536)(self._uuid_uncached)  # references repeat: format each UUID once
         self.on_issue = on_issue  # (namespace, original, pseudonym) for each pseudonym issued: the re-identification vault
         self.fpe_fallbacks: Counter[str] = Counter()  # reason -> values given the keyed token instead of an FPE pseudonym
         self._fpe_logged: set[tuple[str, str]] = set()
@@ -43,9 +44,12 @@ class Pseudonymizer:
             self.on_issue(namespace, value, pseudonym)
         return pseudonym
 
+    def _uuid_uncached(self, namespace: str, value: str) -> str:
+        return str(uuid.UUID(bytes=self.digest(namespace, value)[:16], version=4))
+
     def uuid(self, namespace: str, value: str) -> str:
         """A pseudonym that is itself a valid (version 4 layout) UUID."""
-        pseudonym = str(uuid.UUID(bytes=self.digest(namespace, value)[:16], version=4))
+        pseudonym = self._uuid(namespace, value)
         if self.on_issue:
             self.on_issue(namespace, value, pseudonym)
         return pseudonym

@@ -143,22 +143,29 @@ def iter_resources(doc: dict) -> Iterator[dict]:
             yield from iter_resources(entry["resource"])
 
 
-def output_strings(node, generated: set[str], path: str) -> Iterator[tuple[str, str]]:
+def output_strings(node, generated: set[str], path: str) -> list[tuple[str, str]]:
     """Every string of the output the leak guard must read: XHTML as text, text attachments decoded."""
-    if isinstance(node, dict):
-        for k, v in node.items():
-            if k in SKIP_KEYS:
-                continue
-            sub = f"{path}.{k}"
-            if k == "div" and isinstance(v, str):
-                yield sub, html.unescape(TAG_RE.sub(" ", v))
-                yield sub, " ".join(ATTRIBUTE_RE.findall(v))  # attribute values the text stack did not read
-            elif k == "data" and isinstance(v, str) and str(node.get("contentType", "")).lower().startswith(TEXT_CONTENT_TYPES):
-                yield sub, base64.b64decode(v).decode("utf-8", "replace")
-            else:
-                yield from output_strings(v, generated, sub)
-    elif isinstance(node, list):
-        for i, v in enumerate(node):
-            yield from output_strings(v, generated, f"{path}[{i}]")
-    elif isinstance(node, str) and path not in generated:
-        yield path, node
+    found: list[tuple[str, str]] = []
+    _collect_strings(node, generated, path, found)
+    return found
+
+
+def _collect_strings(node, generated: set[str], path: str, found: list) -> None:
+    # a plain recursive walk (no generators): it visits every value of every record
+    items = node.items() if type(node) is dict else enumerate(node)
+    is_dict = type(node) is dict
+    for k, v in items:
+        if is_dict and k in SKIP_KEYS:
+            continue
+        t = type(v)
+        if t is dict or t is list:
+            _collect_strings(v, generated, f"{path}.{k}" if is_dict else f"{path}[{k}]", found)
+        elif t is str:
+            sub = f"{path}.{k}" if is_dict else f"{path}[{k}]"
+            if is_dict and k == "div":
+                found.append((sub, html.unescape(TAG_RE.sub(" ", v))))
+                found.append((sub, " ".join(ATTRIBUTE_RE.findall(v))))  # attribute values the text stack did not read
+            elif is_dict and k == "data" and str(node.get("contentType", "")).lower().startswith(TEXT_CONTENT_TYPES):
+                found.append((sub, base64.b64decode(v).decode("utf-8", "replace")))
+            elif sub not in generated:
+                found.append((sub, v))

@@ -35,6 +35,7 @@ class Profile:
     extension_allow: frozenset[str]
     modifier_extension_allow: frozenset[str]
     _cache: dict = field(default_factory=dict, repr=False)
+    plans: dict = field(default_factory=dict, repr=False)  # the walker's per-path plans (fhir_transforms/walker.py)
 
     def lookup(self, path: str, owner: str, owner_is_resource: bool, element: str, element_type: str) -> Rule | None:
         """The most specific rule for an element: full path, then owner.element, then type."""

@@ -46,7 +46,7 @@ class RecordContext:
     pending: list[PendingText] = field(default_factory=list)
     generated: set[str] = field(default_factory=set)  # JSON paths of values the engine wrote itself
     known: set = field(default_factory=set)  # KnownIdentifiers found by the rule methods
-    walked: list = field(default_factory=list)  # (resource, ResourceState), stamped once text is replaced
+    walked: list = field(default_factory=list)  # (resource, ResourceState, path), stamped once text is replaced
 
 
 @dataclass
@@ -121,13 +121,13 @@ def walk_resource(res: dict, path: str, ctx: RecordContext) -> None:
         raise InputError(f"{path}: resourceType is missing or not an R4 resource type known to the R4B models")
     state = ResourceState(rtype, _patient_of(res, ctx), set())
     _walk_complex(res, rtype, rtype, path, True, ctx, state)
-    ctx.walked.append((res, state))
+    ctx.walked.append((res, state, path))
 
 
 def stamp_all(ctx: RecordContext) -> None:
     """After text replacement: label every walked resource with what was changed in it."""
-    for res, state in ctx.walked:
-        _stamp(res, state, ctx)
+    for res, state, path in ctx.walked:
+        _stamp(res, state, ctx, path)
 
 
 def _patient_of(res: dict, ctx: RecordContext) -> str:
@@ -143,50 +143,95 @@ def _patient_of(res: dict, ctx: RecordContext) -> str:
     return ctx.single_patient or ""
 
 
+@dataclass(frozen=True)
+class _Step:
+    """What the walker does with one JSON key of one element path, worked out once per profile."""
+
+    owner: str  # the type that holds the element
+    element: Element
+    rule: Rule | None
+    fpath: str
+    kept_as: tuple[type, ...] = ()  # a primitive the rules keep unchanged: the JSON types it may have
+    walk_into: bool = False  # a complex datatype without a rule of its own
+
+
+JSON_TYPES = {"boolean": (bool,), **{t: (int, float) for t in NUMBER_TYPES}}
+
+
+def _plan(profile: Profile, type_name: str, fpath: str, is_resource: bool) -> dict[str, _Step]:
+    """JSON key → step for an element of `type_name` at `fpath` (cached on the profile)."""
+    cache_key = (type_name, fpath, is_resource)
+    plan = profile.plans.get(cache_key)
+    if plan is None:
+        plan = {}
+        for key, el in elements(type_name).items():
+            sub_fpath = f"{fpath}.{el.name}"
+            rule = profile.lookup(sub_fpath, type_name, is_resource, el.name, el.type)
+            kept = el.type in PRIMITIVE_TYPES and (rule or profile.default_primitive).method == "keep"
+            walk_into = rule is None and el.type not in PRIMITIVE_TYPES and el.type != "Resource"
+            plan[key] = _Step(type_name, el, rule, sub_fpath, JSON_TYPES.get(el.type, (str,)) if kept else (), walk_into)
+        profile.plans[cache_key] = plan
+    return plan
+
+
 def _walk_complex(node: dict, type_name: str, fpath: str, path: str, is_resource: bool, ctx: RecordContext,
                   state: ResourceState) -> None:
-    known = elements(type_name)
-    profile = ctx.profile
+    plan = _plan(ctx.profile, type_name, fpath, is_resource)
     for key in list(node):
-        if key == "resourceType":
-            continue
-        el = known.get(key)
-        if el is None:  # unknown element: only reachable without validation; never passed through
-            del node[key]
-            state.labels.add("REDACTED")
-            continue
-        sub_fpath = f"{fpath}.{el.name}"
-        sub_path = f"{path}.{key}"
-        values = node[key] if isinstance(node[key], list) else [node[key]]
-        if key == "modifierExtension":
-            _check_modifiers(values, profile, sub_path)
-        if el.type == "Extension":
-            allowed = [v for v in values if isinstance(v, dict) and v.get("url") in profile.extension_allow]
-            if len(allowed) != len(values):
+        step = plan.get(key)
+        if step is None:
+            if key != "resourceType":  # unknown element: only reachable without validation; never passed through
+                del node[key]
                 state.labels.add("REDACTED")
-            values = allowed
-        rule = profile.lookup(sub_fpath, type_name, is_resource, el.name, el.type)
-        out: list = []
-        for value in values:
-            # the index it will have in the output (generated-value paths must match the output the guard reads)
-            item_path = f"{sub_path}[{len(out)}]" if el.is_list else sub_path
-            site = Site(ctx, state, node, type_name, el, item_path, sub_fpath)
-            result = _apply(value, rule, site)
+            continue
+        value = node[key]
+        if step.kept_as and _keeps(value, step):
+            continue  # most primitives (codes, units, values) stay as they are: nothing to rewrite
+        _walk_values(node, key, step, path, ctx, state)
+
+
+def _keeps(value, step: _Step) -> bool:
+    """A kept primitive in the JSON shape FHIR gives it (anything else takes the general path and its checks)."""
+    if step.element.is_list:
+        return type(value) is list and bool(value) and all(v is None or type(v) in step.kept_as for v in value)
+    return type(value) in step.kept_as
+
+
+def _walk_values(node: dict, key: str, step: _Step, path: str, ctx: RecordContext, state: ResourceState) -> None:
+    el, profile = step.element, ctx.profile
+    sub_path = f"{path}.{key}"
+    values = node[key] if isinstance(node[key], list) else [node[key]]
+    if key == "modifierExtension":
+        _check_modifiers(values, profile, sub_path)
+    if el.type == "Extension":
+        allowed = [v for v in values if isinstance(v, dict) and v.get("url") in profile.extension_allow]
+        if len(allowed) != len(values):
+            state.labels.add("REDACTED")
+        values = allowed
+    out: list = []
+    for value in values:
+        # the index it will have in the output (generated-value paths must match the output the guard reads)
+        item_path = f"{sub_path}[{len(out)}]" if el.is_list else sub_path
+        if step.walk_into and type(value) is dict:  # a datatype no rule names: only its elements have rules
+            _walk_complex(value, el.type, step.fpath, item_path, False, ctx, state)
+            result = value
+        else:
+            site = Site(ctx, state, node, step.owner, el, item_path, step.fpath)
+            result = _apply(value, step.rule, site)
             if site.pending_extensions:
                 _add_extensions(node, "_" + key, site.pending_extensions)
-            if result is REMOVE or result == {}:  # an element left empty by the rules is dropped
-                continue
-            if isinstance(result, TextRef):
-                index = len(out)
-                out.append(value)
-                ctx.pending.append(
-                    PendingText(result, _writer(node, key, out, index, el.is_list), item_path, state.labels))
-            else:
-                out.append(result)
-        if out:
-            node[key] = out if el.is_list else out[0]
+        if result is REMOVE or result == {}:  # an element left empty by the rules is dropped
+            continue
+        if isinstance(result, TextRef):
+            index = len(out)
+            out.append(value)
+            ctx.pending.append(PendingText(result, _writer(node, key, out, index, el.is_list), item_path, state.labels))
         else:
-            del node[key]
+            out.append(result)
+    if out:
+        node[key] = out if el.is_list else out[0]
+    else:
+        del node[key]
 
 
 def _apply(value, rule: Rule | None, site: Site):
@@ -249,16 +294,21 @@ def _add_extensions(node: dict, key: str, extensions: list[dict]) -> None:
     holder.setdefault("extension", []).extend(extensions)
 
 
-def _stamp(res: dict, state: ResourceState, ctx: RecordContext) -> None:
-    """meta.security labels for what was changed, and tags naming the key id and profile."""
+def _stamp(res: dict, state: ResourceState, ctx: RecordContext, path: str) -> None:
+    """meta.security labels for what was changed, and tags naming the key id and profile.
+
+    The codes the engine adds are marked generated: a patient named "Masked" or "Harbor" is not a leak there."""
     meta = res.setdefault("meta", {})
     security = meta.setdefault("security", [])
     present = {(c.get("system"), c.get("code")) for c in security}
     for code in sorted(state.labels):
         if (SECURITY_SYSTEM, code) not in present:
+            ctx.generated.add(f"{path}.meta.security[{len(security)}].code")
             security.append({"system": SECURITY_SYSTEM, "code": code})
     if not security:
         del meta["security"]
     tags = meta.setdefault("tag", [])
-    tags.append({"system": KEY_TAG_SYSTEM, "code": ctx.pseudo.key_id})
-    tags.append({"system": PROFILE_TAG_SYSTEM, "code": f"{ctx.profile.name}@{ctx.profile.version}"})
+    for system, code in ((KEY_TAG_SYSTEM, ctx.pseudo.key_id),
+                         (PROFILE_TAG_SYSTEM, f"{ctx.profile.name}@{ctx.profile.version}")):
+        ctx.generated.add(f"{path}.meta.tag[{len(tags)}].code")
+        tags.append({"system": system, "code": code})

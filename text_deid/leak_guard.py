@@ -24,17 +24,19 @@ class Leak:
 
 def scan(strings: Iterable[tuple[str, str]], known: Sequence[KnownIdentifier]) -> list[Leak]:
     """Search every (path, text) of an output for every known identifier; one Leak per path and category."""
-    paths, starts, parts, pos = [], [], [], 0
+    # FHIR repeats the same strings ("Body Height", "final") across a record: search each distinct text once
+    paths_of: dict[str, list[str]] = {}
     for path, text in strings:
-        paths.append(path)
-        starts.append(pos)
-        parts.append(text)
-        pos += len(text) + len(SEPARATOR)
-    if not parts:
+        paths_of.setdefault(text, []).append(path)
+    if not paths_of:
         return []
-    joined = SEPARATOR.join(parts)
+    texts = list(paths_of)
+    starts, pos = [], 0
+    for text in texts:
+        starts.append(pos)
+        pos += len(text) + len(SEPARATOR)
     leaks: dict[tuple[str, str], Leak] = {}
-    for span in find_known(joined, tuple(known), "leak-guard"):
-        path = paths[bisect.bisect_right(starts, span.start) - 1]
-        leaks.setdefault((path, span.category), Leak(path, span.category))
+    for span in find_known(SEPARATOR.join(texts), tuple(known), "leak-guard"):
+        for path in paths_of[texts[bisect.bisect_right(starts, span.start) - 1]]:
+            leaks.setdefault((path, span.category), Leak(path, span.category))
     return sorted(leaks.values(), key=lambda leak: (leak.path, leak.category))

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from functools import lru_cache
+from re import _casefix  # the extra case equivalences re.IGNORECASE applies (private, stable since 3.11)
 from typing import Sequence
 
 from text_deid.spans import KnownIdentifier, Span
@@ -133,31 +135,102 @@ def _known_dates(known: tuple[KnownIdentifier, ...]) -> frozenset[tuple[int, int
     return frozenset(days)
 
 
+def _needle_words(known: KnownIdentifier) -> list[str]:
+    """Strings at least one of which every match of `forms(known)` contains (before projection).
+
+    Kept beside `forms()`: each branch names what all of that branch's forms share. An empty list means
+    "no cheap necessary condition" and the identifier's forms are always tried.
+    """
+    c, v = known.category, known.value.strip()
+    if c == "NAME":
+        tokens = [t for t in re.split(r"[\s,]+", v) if t and t.rstrip(".").lower() not in TITLES]
+        words = [t for t in tokens if len(t.rstrip(".")) >= 2]
+        return words + tokens[-1:] if len(tokens) >= 2 else words  # every multi-token form holds the family name
+    if c in ("PHONE_NUMBER", "FAX_NUMBER"):
+        digits = re.sub(r"\D", "", v)
+        return [digits[1:] if len(digits) == 11 and digits.startswith("1") else digits]
+    if c in ID_CATEGORIES:
+        return ["".join(re.split(r"[^0-9A-Za-z]+", v))]  # the groups, whatever separated them
+    if c == "GEOGRAPHIC_LOCATION" and re.fullmatch(r"\d{5}(?:-\d{4})?", v):
+        return [v[:5]]
+    if c not in ("EMAIL_ADDRESS", "URL", "IP_ADDRESS"):
+        words = [w for w in re.split(r"[\s,]+", v) if w]
+        if len(words) >= 3 and words[-1].rstrip(".").lower() in STREET_SUFFIXES:
+            words = words[:-1]  # the street form without its suffix is the shorter one
+        return ["".join(words)]
+    return [v]  # e-mail, URL, IP: the value itself
+
+
+# The prefilter compares a projection of the text with projections of the needles. The projection must
+# keep every regex match visible: it folds case exactly as `re.IGNORECASE` does (simple lowercase, plus the
+# extra equivalences such as "ſ"/"s" that `re` adds), and it deletes every separator the forms allow
+# between the pieces of a value (whitespace and "()-./,"), so "555 (123)-4567" projects to "5551234567".
+_EQUIVALENT = {chr(a): chr(min(group)) for a, group in
+               ((a, (a, *others)) for a, others in _casefix._EXTRA_CASES.items())}
+_SEPARATORS = {chr(c): None for c in range(0x3100) if chr(c).isspace()} | {c: None for c in "()-./,"}
+_BEFORE_LOWER = str.maketrans({"\u0130": "i"})  # "İ": the one letter whose str.lower() is not its simple lowercase
+_AFTER_LOWER = str.maketrans({**_EQUIVALENT, **_SEPARATORS})
+
+
+def project(text: str) -> str:
+    """Case-folded as `re.IGNORECASE` compares, separators removed: what the needles are looked up in."""
+    return text.translate(_BEFORE_LOWER).lower().translate(_AFTER_LOWER)
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    category: str
+    needles: tuple[str, ...]  # projected; empty: always tried
+    forms: tuple[str, ...]
+
+
+class KnownMatcher:
+    """A record's known identifiers, compiled once: needles to skip what a text cannot hold, one
+    case-insensitive alternation per category (longest forms first) over the forms that remain, and the
+    known days (dates are matched by their shape and looked up, not spelled out in every format)."""
+
+    def __init__(self, known: tuple[KnownIdentifier, ...]):
+        candidates = []
+        for k in known:
+            if k.category != "DATE" and (alternatives := forms(k)):
+                needles = tuple(project(w) for w in _needle_words(k))
+                candidates.append(_Candidate(k.category, () if "" in needles else needles, tuple(alternatives)))
+        self.candidates = tuple(candidates)
+        self.days = _known_dates(known)
+        self._patterns: dict[tuple, re.Pattern] = {}
+
+    def find(self, text: str, detector: str) -> list[Span]:
+        """Every occurrence of every known identifier in `text`."""
+        projected = project(text)
+        by_category: dict[str, set[str]] = {}
+        for c in self.candidates:
+            if not c.needles or any(n in projected for n in c.needles):
+                by_category.setdefault(c.category, set()).update(c.forms)
+        spans = []
+        for category, alternatives in sorted(by_category.items()):
+            pattern = self._pattern(alternatives)
+            spans.extend(Span(m.start(), m.end(), category, detector, 1.0) for m in pattern.finditer(text) if m.end() > m.start())
+        if self.days:
+            spans.extend(Span(m.start(), m.end(), "DATE", detector, 1.0)
+                         for m in DATE_SHAPE_RE.finditer(text) if date_readings(m) & self.days)
+        return spans
+
+    def _pattern(self, alternatives: set[str]) -> re.Pattern:
+        ordered = tuple(sorted(alternatives, key=lambda a: (-len(a), a)))
+        if ordered not in self._patterns:
+            self._patterns[ordered] = re.compile(f"{B}(?:{'|'.join(ordered)}){E}", re.IGNORECASE)
+        return self._patterns[ordered]
+
+
 @lru_cache(maxsize=256)
-def compile_known(known: tuple[KnownIdentifier, ...]) -> tuple[tuple[tuple[str, re.Pattern], ...], frozenset]:
-    """One case-insensitive alternation per category (longest forms first), and the known days:
-    dates are matched by their shape and looked up, not spelled out in every format."""
-    by_category: dict[str, set[str]] = {}
-    for k in known:
-        if k.category != "DATE":
-            by_category.setdefault(k.category, set()).update(forms(k))
-    patterns = tuple(
-        (category, re.compile(f"{B}(?:{'|'.join(sorted(alts, key=lambda a: (-len(a), a)))}){E}", re.IGNORECASE))
-        for category, alts in sorted(by_category.items()) if alts
-    )
-    return patterns, _known_dates(known)
+def compile_known(known: tuple[KnownIdentifier, ...]) -> KnownMatcher:
+    """The matcher for a record's known identifiers, shared by its texts and its leak guard."""
+    return KnownMatcher(known)
 
 
 def find_known(text: str, known: tuple[KnownIdentifier, ...], detector: str = "known") -> list[Span]:
     """Every occurrence of every known identifier in `text`."""
-    patterns, days = compile_known(known)
-    spans = []
-    for category, pattern in patterns:
-        spans.extend(Span(m.start(), m.end(), category, detector, 1.0) for m in pattern.finditer(text) if m.end() > m.start())
-    if days:
-        spans.extend(Span(m.start(), m.end(), "DATE", detector, 1.0)
-                     for m in DATE_SHAPE_RE.finditer(text) if date_readings(m) & days)
-    return spans
+    return compile_known(known).find(text, detector)
 
 
 class KnownIdentifierDetector:

@@ -1,0 +1,82 @@
+"""The known-identifier matcher skips identifiers whose needles a text lacks: it must find exactly what
+trying every form of every identifier finds, for any way the values are written."""
+from __future__ import annotations
+
+import re
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from text_deid.detectors.known_identifiers import B, DATE_SHAPE_RE, E, date_readings, find_known, forms, project
+from text_deid.spans import KnownIdentifier
+
+
+def every_form(text: str, known: tuple[KnownIdentifier, ...]) -> list[tuple[int, int, str]]:
+    """The reference: one alternation of all forms per category, no prefilter."""
+    by_category: dict[str, set[str]] = {}
+    for k in known:
+        if k.category != "DATE":
+            by_category.setdefault(k.category, set()).update(forms(k))
+    found = []
+    for category, alts in sorted(by_category.items()):
+        if alts:
+            pattern = re.compile(f"{B}(?:{'|'.join(sorted(alts, key=lambda a: (-len(a), a)))}){E}", re.IGNORECASE)
+            found += [(m.start(), m.end(), category) for m in pattern.finditer(text) if m.end() > m.start()]
+    days = {tuple(int(g) for g in k.value.split("-")) for k in known if k.category == "DATE"}
+    found += [(m.start(), m.end(), "DATE") for m in DATE_SHAPE_RE.finditer(text) if date_readings(m) & days]
+    return sorted(found)
+
+
+def matched(text: str, known: tuple[KnownIdentifier, ...]) -> list[tuple[int, int, str]]:
+    return sorted((s.start, s.end, s.category) for s in find_known(text, known))
+
+
+SEPARATORS = st.sampled_from([" ", "  ", "\u00a0", "\t", "-", ".", "/", ", ", "(", ")", "", "\u2009", "\n"])
+LETTERS = st.sampled_from(list("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZéÉſKİı"))
+WORD = st.text(LETTERS, min_size=1, max_size=8)
+DIGITS = st.text(st.sampled_from("0123456789"), min_size=1, max_size=5)
+
+
+@st.composite
+def record_and_text(draw):
+    given_name, family = draw(WORD), draw(WORD)
+    phone = draw(st.text(st.sampled_from("0123456789"), min_size=10, max_size=10))
+    mrn = draw(DIGITS) + draw(st.sampled_from(["-", "", "/"])) + draw(DIGITS)
+    street = f"{draw(DIGITS)} {draw(WORD)} {draw(st.sampled_from(['St', 'Road', 'Lane']))}"
+    known = (KnownIdentifier(f"{given_name} {family}", "NAME"), KnownIdentifier(phone, "PHONE_NUMBER"),
+             KnownIdentifier(mrn, "MEDICAL_RECORD_NUMBER"), KnownIdentifier(street, "GEOGRAPHIC_LOCATION"),
+             KnownIdentifier("02139", "GEOGRAPHIC_LOCATION"), KnownIdentifier("2021-03-07", "DATE"))
+
+    def case(s: str) -> str:
+        return "".join(c.upper() if draw(st.booleans()) else c.lower() for c in s)
+
+    def spaced(parts: list[str]) -> str:
+        return "".join(p + draw(SEPARATORS) for p in parts[:-1]) + parts[-1]
+
+    pieces = [
+        case(given_name), case(family), spaced([case(family), case(given_name)]), spaced([given_name[0], family]),
+        spaced(list(phone)), spaced([phone[:3], phone[3:6], phone[6:]]), spaced(re.split(r"\D+", mrn)),
+        spaced(street.split()), "02139-1234", "3/7/21", "March 7, 2021", draw(WORD), draw(DIGITS),
+    ]
+    chosen = draw(st.lists(st.sampled_from(pieces), min_size=1, max_size=6))
+    return known, "".join(p + draw(SEPARATORS) for p in chosen)
+
+
+@settings(max_examples=400, deadline=None)
+@given(record_and_text())
+def test_prefilter_finds_what_every_form_finds(case):
+    known, text = case
+    assert matched(text, known) == every_form(text, known)
+
+
+def test_projection_folds_case_as_re_does_and_drops_separators():
+    assert project("Jöhn  SMITH (555) 123-4567") == "jöhnsmith5551234567"
+    for a, b in [("ſ", "s"), ("K", "k"), ("İ", "i"), ("Σ", "σ"), ("ς", "σ")]:
+        assert re.fullmatch(re.escape(b), a, re.IGNORECASE)  # re treats them as the same letter ...
+        assert project(a) == project(b)  # ... and so must the projection
+
+
+def test_needles_skip_identifiers_a_text_cannot_hold():
+    known = (KnownIdentifier("Ada Lovelace", "NAME"), KnownIdentifier("617-555-0101", "PHONE_NUMBER"))
+    assert matched("no identifiers here", known) == []
+    assert matched("Lovelace, Ada called from 617.555.0101", known) == [(0, 13, "NAME"), (26, 38, "PHONE_NUMBER")]
