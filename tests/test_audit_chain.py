@@ -2,6 +2,9 @@
 SQL, is found at the record where it was made; concurrent writers (processes and threads) keep one chain."""
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
 import multiprocessing
 import threading
 
@@ -166,6 +169,59 @@ def test_unknown_key_is_named(store_url):  # noqa: F811
     broken = without_old.verify().broken
     assert (broken.seq, broken.kind) == (1, "unknown-key")
     without_old.close()
+
+
+AWKWARD = "Zoë \"quoted\" back\\slash\ttab\nnewline\u2028 \U0001f600 \x01"
+
+
+def test_awkward_text_round_trips_and_verifies(store_url):  # noqa: F811
+    """Quotes, backslashes, tabs, newlines, control and non-BMP characters in every text field: stored as given
+    (also through PostgreSQL's COPY) and hashed exactly as verify recomputes them."""
+    t = AuditTrail(store_url, [audit_key()])
+    odd = AuditEntry("review", AWKWARD, "cli", "fhir", "a" * 64, "", "p" + AWKWARD, AWKWARD, "s", AWKWARD, "k",
+                     [("Patient.text.div" + AWKWARD, 0, 4, "NAME", AWKWARD, 0.5)], {"reason": AWKWARD, "n": [1, 2.5]})
+    t.append([odd, entry(1)])
+    t.append([odd])
+    assert t.verify().ok
+    stored = row(t, 1)
+    assert stored["actor"] == AWKWARD and json.loads(stored["detail"]) == {"reason": AWKWARD, "n": [1, 2.5]}
+    assert stored["record_hash"] == _record_hash(stored)
+    t.close()
+
+
+def _record_as_first_written(secret: bytes, seq: int, prev: str, **fields) -> dict:
+    """A record made the way the first release of the trail made it (json.dumps of the hashed fields, hmac.new),
+    independently of adapter.audit: the record format must not drift."""
+    values = {"time": "2026-01-02T03:04:05.678901+00:00", "actor": "alice@host", "channel": "cli",
+              "operation": "deidentify", "data_format": "fhir", "input_sha256": "1" * 64, "output_sha256": "2" * 64,
+              "profile": "safe-harbor", "rules_version": "2026.1", "stack": "patterns",
+              "versions": '{"deid-adapter":"0.1.0"}', "key_id": "k-test", "findings": '[["Patient.name",0,3,"NAME",'
+              '"known",1.0]]', "detail": "{}", "audit_key_id": audit_key().key_id, "prev_hash": prev, **fields}
+    body = json.dumps([values[name] for name in ("time", "actor", "channel", "operation", "data_format",
+                                                 "input_sha256", "output_sha256", "profile", "rules_version", "stack",
+                                                 "versions", "key_id", "findings", "detail", "audit_key_id",
+                                                 "prev_hash")], ensure_ascii=False, separators=(",", ":"))
+    record_hash = hashlib.sha256(body.encode()).hexdigest()
+    signature = hmac.new(secret, b"deid-adapter audit record\x00" + record_hash.encode(), hashlib.sha256).hexdigest()
+    return {"seq": seq, **values, "record_hash": record_hash, "signature": signature}
+
+
+def test_records_written_by_the_first_release_verify_and_extend(store_url):  # noqa: F811
+    t = AuditTrail(store_url, [audit_key()])
+    secret = audit_key().secret
+    first = _record_as_first_written(secret, 1, "0" * 64, actor="Zoë")
+    second = _record_as_first_written(secret, 2, first["record_hash"], operation="refuse", detail='{"reason":"x"}')
+    for r in (first, second):
+        insert_row(t, r)
+    head_mac = hmac.new(secret, f"deid-adapter audit head\x002:{second['record_hash']}".encode(), hashlib.sha256)
+    sql(t, "UPDATE deid_audit_head SET seq = 2, record_hash = :h, signature = :s", h=second["record_hash"],
+        s=head_mac.hexdigest())
+    assert t.verify().ok
+    t.append([entry(3)])  # today's writer chains onto them
+    report = t.verify()
+    assert report.ok and report.records == 3
+    assert row(t, 3)["prev_hash"] == second["record_hash"]
+    t.close()
 
 
 def _writer(url: str, writer: int, count: int, errors) -> None:
