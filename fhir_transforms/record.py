@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import base64
 import html
-import json
+import marshal
 import re
 from dataclasses import dataclass, field
 from datetime import date
@@ -76,7 +76,7 @@ class Deidentifier:
         path = path or str(rtype)
         if self.validate:
             validate(resource, path)
-        doc = json.loads(json.dumps(resource))  # a deep copy, much faster than copy.deepcopy for JSON data
+        doc = _copy(resource)
         members = list(iter_resources(doc))
         patients = [r.get("id") for r in members if r.get("resourceType") == "Patient" and r.get("id")]
         ctx = RecordContext(self.profile, self.pseudo, self.clock, patients[0] if len(patients) == 1 else None)
@@ -115,6 +115,15 @@ class Deidentifier:
             except InputError as e:
                 raise RecordRefused(f"output failed validation (a bug; nothing written): {e}") from None
         return RecordResult(doc, findings, len(texts), timings, known)
+
+
+def _copy(resource: dict) -> dict:
+    """A deep copy of JSON data, many times faster than copy.deepcopy. Marshal format 2 keeps no object
+    references, so a sub-object the caller shared between two places becomes two objects, as with JSON."""
+    try:
+        return marshal.loads(marshal.dumps(resource, 2))
+    except ValueError:
+        raise InputError("input: a FHIR resource must hold only JSON values") from None
 
 
 def validate(resource: dict, path: str) -> None:
