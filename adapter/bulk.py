@@ -301,11 +301,11 @@ def process_chunk(root: Path, chunk: Chunk, worker: Worker) -> tuple[bytes, dict
         raw = f.read(chunk.length)
     if chunk.offset == 0:
         raw = raw.removeprefix(b"\xef\xbb\xbf")
-    out: list[dict] = []
+    out: list[bytes] = []  # NDJSON lines, serialized once for the part file and the audit's output hash
     written: dict[str, int] = {}
     refusals: list[list] = []
     entries: list = []  # audit entries (hashes, locations; no PHI), appended by the driver before the part is kept
-    who = {"actor": worker.actor, "channel": "bulk", "data_format": "fhir"}
+    who = {"actor": worker.actor, "channel": "bulk", "data_format": "fhir", "info": audit.engine_info(engine)}
     for n, line in enumerate(raw.splitlines(), chunk.first_line):
         if not line.strip():
             continue
@@ -324,11 +324,11 @@ def process_chunk(root: Path, chunk: Chunk, worker: Worker) -> tuple[bytes, dict
             refusals.append([n, rid, refusal_reason(e)])
             entries.append(audit.refusal(engine, input=res, reason=refusal_reason(e), **who))
             continue
-        out.append(result.resource)
-        entries.append(audit.deidentification(engine, input=res, output=fhir_files.serialize([result.resource], True)[:-1],
-                                              findings=result.findings, where=where, root=res["resourceType"], **who))
+        out.append(fhir_files.serialize([result.resource], True))
+        entries.append(audit.deidentification(engine, input=res, output=out[-1][:-1], findings=result.findings,
+                                              where=where, root=res["resourceType"], **who))
         written[res["resourceType"]] = written.get(res["resourceType"], 0) + 1
-    return fhir_files.serialize(out, True) if out else b"", {"written": written, "refusals": refusals, "audit": entries}
+    return b"".join(out), {"written": written, "refusals": refusals, "audit": entries}
 
 
 # --- the checkpoint journal --------------------------------------------------------------------------------
