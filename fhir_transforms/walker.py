@@ -110,7 +110,7 @@ class Site:
         return METHODS[rule.method](value, self)
 
     def walk_into(self, node: dict):
-        _walk_complex(node, self.element.type, self.fpath, self.path, False, self.ctx, self.res)
+        _walk_complex(node, _plan(self.ctx.profile, self.element.type, self.fpath, False), self.path, self.ctx, self.res)
         return node
 
 
@@ -120,7 +120,7 @@ def walk_resource(res: dict, path: str, ctx: RecordContext) -> None:
     if not isinstance(rtype, str) or not is_resource_type(rtype):
         raise InputError(f"{path}: resourceType is missing or not an R4 resource type known to the R4B models")
     state = ResourceState(rtype, _patient_of(res, ctx), set())
-    _walk_complex(res, rtype, rtype, path, True, ctx, state)
+    _walk_complex(res, _plan(ctx.profile, rtype, rtype, True), path, ctx, state)
     ctx.walked.append((res, state, path))
 
 
@@ -143,7 +143,7 @@ def _patient_of(res: dict, ctx: RecordContext) -> str:
     return ctx.single_patient or ""
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Step:
     """What the walker does with one JSON key of one element path, worked out once per profile."""
 
@@ -152,7 +152,13 @@ class _Step:
     rule: Rule | None
     fpath: str
     kept_as: tuple[type, ...] = ()  # a primitive the rules keep unchanged: the JSON types it may have
-    walk_into: bool = False  # a complex datatype without a rule of its own
+    walk_into: bool = False  # a complex datatype without a rule of its own (extensions excepted: allow-list)
+    inner: dict | None = None  # the plan of the element's own elements, once first needed
+
+    def inner_plan(self, profile: Profile) -> dict:
+        if self.inner is None:
+            self.inner = _plan(profile, self.element.type, self.fpath, False)
+        return self.inner
 
 
 JSON_TYPES = {"boolean": (bool,), **{t: (int, float) for t in NUMBER_TYPES}}
@@ -168,15 +174,13 @@ def _plan(profile: Profile, type_name: str, fpath: str, is_resource: bool) -> di
             sub_fpath = f"{fpath}.{el.name}"
             rule = profile.lookup(sub_fpath, type_name, is_resource, el.name, el.type)
             kept = el.type in PRIMITIVE_TYPES and (rule or profile.default_primitive).method == "keep"
-            walk_into = rule is None and el.type not in PRIMITIVE_TYPES and el.type != "Resource"
+            walk_into = rule is None and el.type not in PRIMITIVE_TYPES and el.type not in ("Resource", "Extension")
             plan[key] = _Step(type_name, el, rule, sub_fpath, JSON_TYPES.get(el.type, (str,)) if kept else (), walk_into)
         profile.plans[cache_key] = plan
     return plan
 
 
-def _walk_complex(node: dict, type_name: str, fpath: str, path: str, is_resource: bool, ctx: RecordContext,
-                  state: ResourceState) -> None:
-    plan = _plan(ctx.profile, type_name, fpath, is_resource)
+def _walk_complex(node: dict, plan: dict[str, _Step], path: str, ctx: RecordContext, state: ResourceState) -> None:
     for key in list(node):
         step = plan.get(key)
         if step is None:
@@ -187,6 +191,11 @@ def _walk_complex(node: dict, type_name: str, fpath: str, path: str, is_resource
         value = node[key]
         if step.kept_as and _keeps(value, step):
             continue  # most primitives (codes, units, values) stay as they are: nothing to rewrite
+        if step.walk_into and type(value) is dict and not step.element.is_list:  # the commonest complex case
+            _walk_complex(value, step.inner_plan(ctx.profile), f"{path}.{key}", ctx, state)
+            if not value:
+                del node[key]
+            continue
         _walk_values(node, key, step, path, ctx, state)
 
 
@@ -213,7 +222,7 @@ def _walk_values(node: dict, key: str, step: _Step, path: str, ctx: RecordContex
         # the index it will have in the output (generated-value paths must match the output the guard reads)
         item_path = f"{sub_path}[{len(out)}]" if el.is_list else sub_path
         if step.walk_into and type(value) is dict:  # a datatype no rule names: only its elements have rules
-            _walk_complex(value, el.type, step.fpath, item_path, False, ctx, state)
+            _walk_complex(value, step.inner_plan(profile), item_path, ctx, state)
             result = value
         else:
             site = Site(ctx, state, node, step.owner, el, item_path, step.fpath)
@@ -257,7 +266,7 @@ def _apply(value, rule: Rule | None, site: Site):
         walk_resource(value, site.path, site.ctx)
         return value
     if isinstance(value, dict):
-        _walk_complex(value, el.type, site.fpath, site.path, False, site.ctx, site.res)
+        _walk_complex(value, _plan(site.ctx.profile, el.type, site.fpath, False), site.path, site.ctx, site.res)
         return value
     return METHODS[site.ctx.profile.default_primitive.method](value, site)
 

@@ -7,7 +7,8 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from text_deid.detectors.known_identifiers import B, DATE_SHAPE_RE, E, date_readings, find_known, forms, project
+from text_deid.detectors.known_identifiers import (B, DATE_SHAPE_RE, E, date_readings, find_known, find_known_many,
+                                                   forms, project)
 from text_deid.spans import KnownIdentifier
 
 
@@ -80,3 +81,12 @@ def test_needles_skip_identifiers_a_text_cannot_hold():
     known = (KnownIdentifier("Ada Lovelace", "NAME"), KnownIdentifier("617-555-0101", "PHONE_NUMBER"))
     assert matched("no identifiers here", known) == []
     assert matched("Lovelace, Ada called from 617.555.0101", known) == [(0, 13, "NAME"), (26, 38, "PHONE_NUMBER")]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(record_and_text(), min_size=1, max_size=4))
+def test_texts_searched_together_give_each_text_its_own_spans(cases):
+    known = cases[0][0]
+    texts = [text for _, text in cases] + ["", "   "]
+    together = find_known_many(texts, known)
+    assert together == [find_known(text, known) for text in texts]

@@ -12,3 +12,6 @@ class Detector(Protocol):
     name: str
 
     def detect(self, text: str, known: Sequence[KnownIdentifier]) -> list[Span]: ...
+
+    # A detector may also define `detect_many(texts, known) -> list[list[Span]]` when searching a record's
+    # texts together is cheaper than one by one; the stack uses it where present.
