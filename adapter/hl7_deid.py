@@ -1,7 +1,7 @@
 """De-identify HL7v2 ER7 messages: the FHIR flow over HL7's own structure.
 
 parse → rules (recording known identifiers) → text stack on narrative, one batch per message →
-leak guard over every field of the output → serialize (python-hl7 re-reads it). Never a partial result.
+leak guard over every field of the output → serialize (re-split to check the segments). Never a partial result.
 """
 from __future__ import annotations
 
@@ -24,6 +24,8 @@ from text_deid.stack import TextStack
 
 TEXT_PAYLOAD_SUBTYPES = ("PLAIN", "TEXT", "RTF", "HTML", "XML", "CDA", "X-HL7-CDA-LEVEL-ONE", "SGML", "JSON", "X-RTF")
 DATE_METHODS = ("year", "shift", "age90")
+# datatypes whose values `_record` turns into known identifiers for the text stack and the leak guard
+RECORDED_TYPES = frozenset({"XPN", "XCN", "PPN", "NDL", "XAD", "XTN", "CX"})
 LEAF_SEPARATOR = "\x00"  # between leaves in the leak guard's view of a field: no known form spans two leaves
 
 
@@ -63,10 +65,10 @@ class MessageWalk:
                 raw = seg.get(n)
                 if not raw or raw == '""':
                     continue
-                where = f"{seg.sid}[{k}]-{n}"
                 rule = self._rule(seg, n)
                 if rule.method == "keep":
                     continue
+                where = f"{seg.sid}[{k}]-{n}"
                 f = er7.split_field(raw, self.d)
                 for rep in f:
                     self.rep(rule, rep, where, seg)
@@ -99,16 +101,13 @@ class MessageWalk:
 
     # --- rules on repetitions, components, leaves
     def _resolve(self, rule: Rule) -> Rule | Datatype:
-        seen = 0
-        target: Rule | Datatype = rule
-        while isinstance(target, Rule) and target.type and seen < 8:
-            target, seen = self.profile.datatype(target.type), seen + 1
-        return target
+        return self.profile.resolve(rule)
 
     def rep(self, rule: Rule, rep: list[list[str]], where: str, seg: er7.Segment) -> None:
         target = self._resolve(rule)
         if isinstance(target, Datatype):
-            self._record(target.name, [[self._decoded(s) for s in c] for c in rep], where)
+            if target.name in RECORDED_TYPES:
+                self._record(target.name, [[self._decoded(s) for s in c] for c in rep], where)
             for i, comp in enumerate(rep, 1):
                 self.component(target.components.get(i, target.default), comp, f"{where}.{i}", target.name, rep, seg)
         else:
@@ -118,7 +117,8 @@ class MessageWalk:
     def component(self, rule: Rule, comp: list[str], where: str, owner: str, rep, seg) -> None:
         target = self._resolve(rule)
         if isinstance(target, Datatype):
-            self._record(target.name, [[self._decoded(s)] for s in comp], where)
+            if target.name in RECORDED_TYPES:
+                self._record(target.name, [[self._decoded(s)] for s in comp], where)
             for i in range(len(comp)):
                 sub = self._resolve(target.components.get(i + 1, target.default))
                 if isinstance(sub, Datatype):
@@ -172,6 +172,8 @@ class MessageWalk:
                 self.known.add(KnownIdentifier(value, "GEOGRAPHIC_LOCATION"))
             return zipcodes.zip3(value)
         if m == "pseudonym":
+            if options and "namespace" in options:
+                return self._token(value, options)
             return self._pseudonym(value, owner, rep, container)
         if m == "fpe":
             return self._pseudonym(value, owner, rep, container, options or {})
@@ -187,6 +189,15 @@ class MessageWalk:
 
     def _offset(self) -> int:
         return self.pseudo.day_offset(self.offset_key)
+
+    def _token(self, value: str, options: dict) -> str:
+        """The keyed pseudonym in a namespace the rule names (MSH-10: `control-id`), optionally one per sender
+        (MSH-3 and MSH-4 as they stand), and cut to `length` hex characters (MSH-10 is at most 20 before v2.7)."""
+        namespace = options["namespace"]
+        if options.get("per_sender"):
+            msh = self.message.segments[0]
+            namespace = f"{namespace}|{msh.get(3)}|{msh.get(4)}" if msh.sid == "MSH" else namespace
+        return self.pseudo.token(namespace, value, int(options.get("length", 32)))
 
     def _pseudonym(self, value: str, owner: str | None, rep, container, fpe: dict | None = None) -> str | None:
         """CX-1 and EI-1 get the keyed identifier pseudonym, namespaced by the authority's FHIR system."""
@@ -320,7 +331,7 @@ class MessageWalk:
         self.notes.append(Note(where, [(holder, j)], [text], write))
 
     def _decoded(self, raw: str) -> str:
-        return er7.decode(raw, self.d)[0]
+        return er7.decode(raw, self.d)[0] if self.d.escape in raw else raw
 
 
 def _patient_key(message: er7.Message, profile: HL7Profile) -> str:

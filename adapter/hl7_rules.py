@@ -110,19 +110,36 @@ class HL7Profile:
     authorities: dict[str, str]
     key_id_field: str
     leak_guard_skip: frozenset[str] = frozenset()
+    # lookups repeat for every field of every message: each answer is worked out once
+    _rules: dict[tuple[str, int], Rule] = field(default_factory=dict, repr=False)
+    _resolved: dict[Rule, Rule | Datatype] = field(default_factory=dict, repr=False)  # by datatype name
 
     def rule(self, sid: str, n: int) -> Rule:
         """The rule for field `n` of segment `sid`: listed, else the segment's default, else the unknown-segment one."""
-        found = self.fields.get(f"{sid}.{n}")
-        if found:
-            return found
-        return self.unlisted_field if sid in self.segments else self.unknown_segment
+        found = self._rules.get((sid, n))
+        if found is None:
+            found = self.fields.get(f"{sid}.{n}") or (self.unlisted_field if sid in self.segments
+                                                      else self.unknown_segment)
+            self._rules[(sid, n)] = found
+        return found
 
     def datatype(self, name: str) -> Rule | Datatype:
         try:
             return self.datatypes[name]
         except KeyError:
             raise ProfileError(f"{self.name}: unknown datatype {name!r}") from None
+
+    def resolve(self, rule: Rule) -> Rule | Datatype:
+        """A method rule as it is, or the datatype a rule names (followed through datatypes that name another)."""
+        if not rule.type:
+            return rule  # not cached: rules compare without their options
+        found = self._resolved.get(rule)
+        if found is None:
+            found, seen = rule, 0
+            while isinstance(found, Rule) and found.type and seen < 8:
+                found, seen = self.datatype(found.type), seen + 1
+            self._resolved[rule] = found
+        return found
 
 
 def _rule(spec, where: str, datatypes: set[str]) -> Rule:
@@ -137,7 +154,19 @@ def _rule(spec, where: str, datatypes: set[str]) -> Rule:
         raise ProfileError(f"{where}: unknown method {method!r} (known: {', '.join(sorted(METHODS))})")
     options = {k: v for k, v in spec.items() if k != "method"}
     check_options(method, options, where)
+    if method == "pseudonym" and options:
+        _check_token_options(options, where)
     return Rule(method=method, options=options)
+
+
+def _check_token_options(options: dict, where: str) -> None:
+    """`pseudonym` with a `namespace` (and optionally `per_sender`, `length`) gives a keyed token, not an identifier."""
+    unknown = set(options) - {"namespace", "per_sender", "length"}
+    if unknown or not isinstance(options.get("namespace"), str) or not options["namespace"]:
+        raise ProfileError(f"{where}: pseudonym takes namespace (text), per_sender and length; got {sorted(options)}")
+    length = options.get("length", 32)
+    if not isinstance(length, int) or not 16 <= length <= 64:
+        raise ProfileError(f"{where}: pseudonym length must be 16 to 64 hex characters")
 
 
 @lru_cache(maxsize=None)

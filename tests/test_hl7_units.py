@@ -85,10 +85,56 @@ def test_values_and_routing(deid, test_key):
     assert pid[7] == "1970" and pid[5] == "^^" and pid[13] == ""
     assert pid[11].split("^")[3:5] == ["IL", "627"]
     msh = fields(out, "MSH")
-    assert msh[2:6] == ["APP", "FAC", "RCV", "RFAC"] and msh[9] == "CTRL1" and msh[6] == "2024"
+    assert msh[2:6] == ["APP", "FAC", "RCV", "RFAC"] and msh[6] == "2024"
     assert msh[7] == f"deid/{test_key.key_id}/safe-harbor"
     assert fields(out, "PV1")[3] == "^^" and fields(out, "PV1")[-1] == "2024"
     assert "VISIT987" not in out
+
+
+def test_control_id_is_a_keyed_pseudonym_per_sender(deid, test_key):
+    """MSH-10 may embed a date or an MRN: the output carries a 20-character keyed token, the same for a resend
+    (receivers drop duplicates by it) and another one for another sender's same id."""
+    control_id = fields(deid.deidentify(msg()), "MSH")[9]
+    assert control_id == Pseudonymizer(test_key).token("control-id|APP|FAC", "CTRL1", 20)
+    assert fields(deid.deidentify(msg()), "MSH")[9] == control_id
+    assert fields(deid.deidentify(msg().replace("|APP|FAC|", "|LAB|FAC|")), "MSH")[9] != control_id
+    dated = deid.deidentify(msg().replace("|CTRL1|", "|MRN12345-19700312|"))
+    assert "MRN12345" not in dated and "19700312" not in dated
+
+
+def site_profile(tmp_path, monkeypatch, yaml_text: str):
+    """A site's profile that extends safe-harbor, read by the same loader as the shipped ones."""
+    from adapter import hl7_rules
+
+    for name in ("safe-harbor",):
+        (tmp_path / f"{name}.yaml").write_text((hl7_rules.MAPPINGS / f"{name}.yaml").read_text())
+    (tmp_path / "site.yaml").write_text("extends: safe-harbor\nprofile: site\nversion: '1'\n" + yaml_text)
+    monkeypatch.setattr(hl7_rules, "MAPPINGS", tmp_path)
+    load_hl7_profile.cache_clear()
+    try:
+        return load_hl7_profile("site")
+    finally:
+        load_hl7_profile.cache_clear()
+
+
+def test_a_kept_control_id_is_still_read_by_the_leak_guard(deid, tmp_path, monkeypatch):
+    keep = HL7Deidentifier(site_profile(tmp_path, monkeypatch, "fields: {MSH.10: keep}\n"), deid.pseudo, deid.stack,
+                           deid.clock)
+    assert fields(keep.deidentify(msg()), "MSH")[9] == "CTRL1"
+    with pytest.raises(RecordRefused, match="MSH"):
+        keep.deidentify(msg().replace("|CTRL1|", "|MRN12345|"))
+
+
+def test_a_site_can_pseudonymize_sending_application_and_facility(deid, tmp_path, monkeypatch):
+    """Kept by default (as FHIR keeps Organization.name); a site may give HD-1 a keyed token and drop the OIDs."""
+    profile = site_profile(tmp_path, monkeypatch, "fields: {MSH.3: HD, MSH.4: HD}\n"
+                           "datatypes: {HD: {1: {method: pseudonym, namespace: hd, length: 20}, default: remove}}\n")
+    site = HL7Deidentifier(profile, deid.pseudo, deid.stack, deid.clock)
+    text = msg().replace("|APP|FAC|", "|APP|FAC^2.16.840.1.113883.19.5^ISO|")
+    msh = fields(site.deidentify(text), "MSH")
+    assert msh[2] == deid.pseudo.token("hd", "APP", 20) and msh[3] == deid.pseudo.token("hd", "FAC", 20) + "^^"
+    assert msh[4:6] == ["RCV", "RFAC"] and "2.16.840" not in "|".join(msh)
+    assert fields(site.deidentify(text), "MSH")[9] == fields(site.deidentify(text), "MSH")[9]
 
 
 def test_cross_message_links_match(deid):
