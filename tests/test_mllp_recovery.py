@@ -3,7 +3,8 @@
 
 Every message must be ACKed AA exactly once to its sender and reach the downstream receiver exactly once (the
 receiver honours MSH-10 idempotency, as MLLP receivers must: a crash between its ACK and our delivery mark
-makes us send that one message again), in per-connection order, none lost.
+makes us send that one message again), in per-connection order, none lost. The sender's ACKs echo its own
+MSH-10; downstream sees (and ACKs) the keyed pseudonym of it, which is the same for every resend.
 """
 from __future__ import annotations
 
@@ -16,9 +17,13 @@ import subprocess
 import sys
 import time
 
-from adapter.mllp import Forwarder
+from adapter.hl7_deid import HL7Deidentifier
+from adapter.mllp import Forwarder, parse_header
+from fhir_transforms.keys import load_key
+from fhir_transforms.pseudonym import Pseudonymizer
 from tests.conftest import ROOT, TEST_SECRET, write_key
 from tests.test_mllp_listener import HOST, IdempotentReceiver, MllpSender, adt, wait_for
+from text_deid.stack import build_stack
 
 CONNECTIONS, PER_CONNECTION = 8, 250
 NAMES = ["DOE^JOHN", "MÜLLER^JOSÉ", "NGUYEN^ANH", "SMITH^MARY"]
@@ -104,9 +109,14 @@ def test_2000_messages_survive_downstream_restart_and_listener_sigkill(tmp_path)
     expected = {f"C{c}-{n:04d}" for c in range(CONNECTIONS) for n in range(PER_CONNECTION)}
     acks = {cid: codes for s in senders for cid, codes in s.acks.items()}
     assert set(acks) == expected and all(codes == ["AA"] for codes in acks.values())
-    assert set(receiver.order) == expected and len(receiver.order) == len(expected)
+    # what the engine makes of each sender control id (it depends on the key, MSH-3/4 and MSH-10 only)
+    engine = HL7Deidentifier.from_names("safe-harbor", Pseudonymizer(load_key(key)), build_stack("patterns"))
+    original = {parse_header(engine.deidentify(adt(cid))).control_id: cid for cid in expected}
+    assert len(original) == len(expected) and not set(original) & expected
+    delivered = [original[x] for x in receiver.order]
+    assert set(delivered) == expected and len(delivered) == len(expected)
     for c in range(CONNECTIONS):
-        assert [x for x in receiver.order if x.startswith(f"C{c}-")] == [f"C{c}-{n:04d}" for n in range(PER_CONNECTION)]
+        assert [x for x in delivered if x.startswith(f"C{c}-")] == [f"C{c}-{n:04d}" for n in range(PER_CONNECTION)]
     # Only messages downstream ACKed just before it or we went down (delivery mark not yet committed) may reach
     # it twice, and it drops them by MSH-10.
     assert len(receiver.raw) - len(receiver.order) <= 2 * Forwarder.MAX_UNMARKED
