@@ -35,6 +35,7 @@ from sqlalchemy import create_engine, text
 from adapter import fhir_files
 from adapter.audit import AuditEntry, AuditSession, AuditTrail
 from adapter.audit_cli import record_file
+from adapter.cli import tune_gc
 from fhir_transforms.keys import Key, key_id_for
 from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.record import Deidentifier
@@ -97,6 +98,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--pg", default=PG_DEFAULT, help="PostgreSQL URL ('' to skip)")
     args = parser.parse_args()
+    tune_gc()  # as every deid-adapter command does
     secret = secrets.token_bytes(32)  # throwaway keys
     engine = Deidentifier(load_profile("safe-harbor"), Pseudonymizer(Key(key_id_for(secret), secret)),
                           build_stack("patterns"), validate=False)
