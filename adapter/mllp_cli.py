@@ -3,16 +3,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import multiprocessing
 import os
 import signal
 import sqlite3
 import sys
-import threading
-import time
-from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
 import typer
 
@@ -22,38 +19,12 @@ from adapter import audit_cli
 
 from adapter import mllp as edge
 
-_ENGINE: Optional[Callable[[str], str]] = None  # set before the worker pool forks; workers inherit it
-
-
-def _deidentify_in_worker(message: str) -> str:
-    return _ENGINE(message)
-
-
-def _worker_init(parent_pid: int) -> None:
-    """Workers ignore Ctrl-C (the parent shuts them down) and exit if the parent dies (SIGKILL)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-    def watch() -> None:
-        while os.getppid() == parent_pid:
-            time.sleep(1.0)
-        os._exit(0)
-
-    threading.Thread(target=watch, daemon=True, name="parent-watch").start()
-
-
-def _noop(_: int) -> None:
-    return None
-
-
-def make_pool(workers: int) -> Executor:
-    """A bounded pool for the CPU-bound de-identification. Processes (forked after the engine is built, before
-    any thread starts) use every core; 0 workers runs it on one thread of this process."""
+def make_pool(engine: Callable[[str], str], workers: int) -> Union[Executor, edge.WorkerProcesses]:
+    """Where the CPU-bound de-identification runs. Worker processes (forked now, after the engine is built and
+    before any thread starts) use every core; 0 workers runs it on one thread of this process."""
     if workers <= 0:
         return ThreadPoolExecutor(max_workers=1, thread_name_prefix="deid")
-    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"),
-                               initializer=_worker_init, initargs=(os.getpid(),))
-    list(pool.map(_noop, range(workers)))  # fork every worker now, while this process has a single thread
-    return pool
+    return edge.WorkerProcesses(engine, workers)
 
 
 def _hl7_engine(key_file, profile: str, stack: Optional[str], llm=None) -> Callable[[str], str]:
@@ -103,20 +74,18 @@ def mllp(
     except ValueError as e:
         fail(f"--listen: {e}")
     target = edge.make_target(forward, ack_timeout)
-    global _ENGINE
     from text_deid.stack import LlmSettings
 
-    _ENGINE = _hl7_engine(key_file, profile, stack, LlmSettings(llm_url, llm_model))
+    engine = _hl7_engine(key_file, profile, stack, LlmSettings(llm_url, llm_model))
     trail = audit_cli.open_trail(audit, audit_key_file)
-    audit_hook = _audit_hook(trail, _ENGINE.__self__) if trail is not None else None
+    audit_hook = _audit_hook(trail, engine.__self__) if trail is not None else None
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                         format="%(asctime)s deid-adapter mllp %(levelname)s %(message)s")
     workers = (os.cpu_count() or 1) if workers is None else workers
-    pool = make_pool(workers)
-    deidentify = _deidentify_in_worker if workers > 0 else _ENGINE
+    pool = make_pool(engine, workers)
     try:
-        asyncio.run(_run(deidentify, listen_at, target, store, pool, max_message_bytes, retry_max_delay,
-                         dedupe_hours * 3600, audit_hook))
+        asyncio.run(_run(engine, listen_at, target, store, pool, max(1, workers), max_message_bytes,
+                         retry_max_delay, dedupe_hours * 3600, audit_hook))
     except OSError as e:
         fail(f"cannot listen on {listen}: {e.strerror or e}")
     except sqlite3.Error as e:
@@ -129,20 +98,29 @@ def mllp(
 
 
 def _audit_hook(trail, engine) -> edge.AuditHook:
-    """One audit record per message, written by the listener before it queues and ACKs (or NAKs) the message."""
-    def record(peer: str, message: str, output: Optional[str], reason: Optional[str]) -> None:
-        common = dict(actor=f"mllp:{peer}", channel="mllp", data_format="hl7v2", input=message)
-        if output is not None:
-            trail.record_deidentification(engine, output=output, **common)
-        else:
-            trail.record_refusal(engine, reason=reason or "refused", **common)
+    """One audit record per message, written by the listener before it queues and ACKs (or NAKs) the message;
+    the messages that finish together are appended in one transaction."""
+    from adapter import audit
+
+    info = audit.engine_info(engine)  # one de-identifier for the listener's life: its versions serialized once
+
+    def record(events: list[edge.AuditEvent]) -> list[int]:
+        entries = []
+        for e in events:
+            common = dict(actor=f"mllp:{e.peer}", channel="mllp", data_format="hl7v2", input=e.message, info=info)
+            if e.output is not None:
+                entries.append(audit.deidentification(engine, output=e.output, **common))
+            else:
+                entries.append(audit.refusal(engine, reason=e.reason or "refused", **common))
+        return trail.append(entries)
     return record
 
 
-async def _run(deidentify, listen_at, target, store, pool, max_frame, backoff_cap, dedupe_window_s, audit_hook) -> None:
+async def _run(deidentify, listen_at, target, store, pool, parallel, max_frame, backoff_cap, dedupe_window_s,
+               audit_hook) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await edge.serve(deidentify, listen_at, target, store, executor=pool, stop=stop, max_frame=max_frame,
-                     backoff_cap=backoff_cap, dedupe_window_s=dedupe_window_s, audit=audit_hook)
+    await edge.serve(deidentify, listen_at, target, store, executor=pool, parallel=parallel, stop=stop,
+                     max_frame=max_frame, backoff_cap=backoff_cap, dedupe_window_s=dedupe_window_s, audit=audit_hook)

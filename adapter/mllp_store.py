@@ -5,16 +5,17 @@ Durability: a message is ACKed to its sender only after the transaction that que
 kill and a power cut. Delivery marks commit with `synchronous=NORMAL` (no fsync until the next FULL commit or
 checkpoint): a power cut may lose a mark, which only makes the forwarder send that message again, and the
 receiver drops the resend by its MSH-10. Losing a mark is safe; losing a queued message is not.
-Enqueues are group-committed: every message that arrives while one commit runs is queued by the next one.
+Enqueues are group-committed (GroupCommit): every message that arrives while one commit runs is queued by the next one.
 """
 from __future__ import annotations
 
 import asyncio
 import sqlite3
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS queue (
@@ -143,6 +144,48 @@ class _Transaction:
         self.db.execute("COMMIT" if exc_type is None else "ROLLBACK")
 
 
+class GroupCommit:
+    """Items from concurrent callers, written by one function on one thread in batches: every item that arrives
+    while a batch is being written goes into the next one, so N waiting callers cost one commit, not N.
+
+    `write(items)` returns one result per item, durable when it returns; a caller gets its item's result only
+    then, or the exception the write raised (and nothing of a failed batch is reported as written).
+    """
+
+    def __init__(self, write: Callable[[list], list], executor: Executor, max_batch: int = 512):
+        self.write, self.executor, self.max_batch = write, executor, max_batch
+        self._waiting: list[tuple[object, asyncio.Future]] = []
+        self._writing: asyncio.Task | None = None
+
+    async def submit(self, item):
+        """The write's result for `item`, once the batch holding it is durable."""
+        fut = asyncio.get_running_loop().create_future()
+        self._waiting.append((item, fut))
+        if self._writing is None or self._writing.done():
+            self._writing = asyncio.create_task(self._write_waiting())
+        return await fut
+
+    async def _write_waiting(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._waiting:
+            batch, self._waiting = self._waiting[:self.max_batch], self._waiting[self.max_batch:]
+            try:
+                results = await loop.run_in_executor(self.executor, self.write, [it for it, _ in batch])
+            except Exception as e:  # noqa: BLE001 - every waiter must hear of it; none may be told it was written
+                for _, fut in batch:
+                    if not fut.done():
+                        fut.set_exception(e)
+                continue
+            for (_, fut), result in zip(batch, results):
+                if not fut.done():
+                    fut.set_result(result)
+
+    async def drain(self) -> None:
+        """Until every submitted item is written (or failed)."""
+        while self._writing is not None and not self._writing.done():
+            await asyncio.shield(self._writing)
+
+
 class AsyncStore:
     """Store on its own thread, for the event loop. Concurrent enqueues share one commit (group commit)."""
 
@@ -151,8 +194,7 @@ class AsyncStore:
     def __init__(self, path: Path):
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mllp-store")
         self.store = self._thread.submit(Store, path).result()
-        self._waiting: list[tuple[Incoming, asyncio.Future]] = []
-        self._committing: asyncio.Task | None = None
+        self._enqueues = GroupCommit(self.store.enqueue_many, self._thread, self.MAX_BATCH)
         self.new_message = asyncio.Event()
 
     async def _call(self, fn, *args):
@@ -160,27 +202,10 @@ class AsyncStore:
 
     async def enqueue(self, item: Incoming) -> bool:
         """Queue one message durably; returns once committed (False: a resend of a queued message)."""
-        fut = asyncio.get_running_loop().create_future()
-        self._waiting.append((item, fut))
-        if self._committing is None or self._committing.done():
-            self._committing = asyncio.create_task(self._commit_waiting())
-        return await fut
-
-    async def _commit_waiting(self) -> None:
-        while self._waiting:
-            batch, self._waiting = self._waiting[:self.MAX_BATCH], self._waiting[self.MAX_BATCH:]
-            try:
-                added = await self._call(self.store.enqueue_many, [it for it, _ in batch])
-            except Exception as e:  # noqa: BLE001 - every waiter must hear of it; none may be ACKed
-                for _, fut in batch:
-                    if not fut.done():
-                        fut.set_exception(e)
-                continue
-            for (_, fut), ok in zip(batch, added):
-                if not fut.done():
-                    fut.set_result(ok)
-            if any(added):
-                self.new_message.set()
+        added = await self._enqueues.submit(item)
+        if added:
+            self.new_message.set()
+        return added
 
     async def pending(self, after_id: int = 0, limit: int = 256) -> list[Queued]:
         return await self._call(self.store.pending, after_id, limit)
@@ -199,7 +224,6 @@ class AsyncStore:
 
     async def close(self) -> None:
         """Wait for pending commits, checkpoint, close, stop the thread."""
-        if self._committing is not None:
-            await self._committing
+        await self._enqueues.drain()
         await self._call(self.store.close)
         self._thread.shutdown(wait=True)

@@ -1,14 +1,16 @@
 """MLLP throughput on loopback: end to end next to the raw MLLP echo rate of the same socket code.
 
-End to end: `deid-adapter mllp` as a process (HL7v2 engine, patterns stack, worker pool, SQLite queue with
-FULL sync, forwarder) between senders and a downstream MLLP receiver that live in this process.
+End to end: `deid-adapter mllp` as a process (HL7v2 engine, patterns stack, worker processes, audit trail and
+SQLite queue with FULL sync, forwarder) between senders and a downstream MLLP receiver that live in this process.
 Echo: the same listener socket loop and framing, answering each frame with an ACK at once (no engine, no queue).
 Two mixes, each message sent with a fresh MSH-10: `adt`, a short ADT^A01 (about 300 bytes, a typical real-time
 ADT feed), and `samples`, the shared HL7v2 samples the engine accepts (0.2-35 KB, long ORUs and ADTs with many
 IN1/NK1). The engine alone (one process, in-process calls) is timed too, to show where the time goes.
 
 Run: .venv/bin/python benchmarks/mllp_throughput.py [--adt 3000] [--samples 300] [--connections 8] [--workers N]
-Prints messages/s for each and the ratio end to end / echo (target: at least 1,000 messages/s end to end).
+     [--no-audit]
+Prints messages/s for each and the ratio end to end / echo (target: at least 1,000 messages/s end to end), and
+the CPU time the listener and its workers spend per message, which does not depend on what else the machine runs.
 """
 from __future__ import annotations
 
@@ -137,7 +139,8 @@ def run_edge_only(port: int, downstream_port: int, store: Path) -> None:
 
 
 async def end_to_end(payloads: list[bytes], connections: int, workers: int, key_file: Path, tmp: Path,
-                     edge_only: bool = False):
+                     edge_only: bool = False, audit: tuple[str, ...] = ("--audit", "off")):
+    """(seconds until all ACKed, seconds until all delivered, CPU seconds of the listener and its workers)."""
     received: set[str] = set()
     done = asyncio.Event()
 
@@ -165,17 +168,19 @@ async def end_to_end(payloads: list[bytes], connections: int, workers: int, key_
             target=run_edge_only, args=(port, server.sockets[0].getsockname()[1], tmp / "edge.sqlite"), daemon=True)
         proc.start()
     else:
-            proc = subprocess.Popen([sys.executable, "-m", "adapter.cli", "mllp", "--listen", f"{HOST}:{port}",
+        proc = subprocess.Popen([sys.executable, "-m", "adapter.cli", "mllp", "--listen", f"{HOST}:{port}",
                                  "--forward", f"{HOST}:{server.sockets[0].getsockname()[1]}",
                                  "--store", str(tmp / "queue.sqlite"), "--key-file", str(key_file),
-                                 "--stack", "patterns", "--workers", str(workers)],
+                                 "--stack", "patterns", "--workers", str(workers), *audit],
                                 cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=open(tmp / "listener.log", "wb"))
     try:
         await wait_listening(port)
+        cpu_before = cpu_seconds(proc.pid)
         start = time.perf_counter()
         acked = await send_all(port, payloads, connections)
         await asyncio.wait_for(done.wait(), 120)
         delivered = time.perf_counter() - start
+        cpu = cpu_seconds(proc.pid) - cpu_before
     finally:
         if edge_only:
             os.kill(proc.pid, signal.SIGTERM)
@@ -184,7 +189,17 @@ async def end_to_end(payloads: list[bytes], connections: int, workers: int, key_
             proc.send_signal(signal.SIGTERM)
             proc.wait(30)
         server.close()
-    return acked, delivered
+    return acked, delivered, cpu
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system, every thread) of a process and its children so far, from /proc (0 elsewhere)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return 0.0
+    return (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK") + sum(cpu_seconds(int(c)) for c in children)
 
 
 def engine_rate(messages: list[str], key_file: Path) -> float:
@@ -214,15 +229,26 @@ def measure(name: str, messages: list[str], args, key_file: Path, tmp: Path) -> 
         echo.join(10)
     engine = engine_rate(messages, key_file)
     (tmp / name).mkdir()
-    acked_s, delivered_s = asyncio.run(end_to_end(payloads, args.connections, args.workers, key_file, tmp / name))
-    _, edge_s = asyncio.run(end_to_end(payloads, args.connections, args.workers, key_file, tmp / name, True))
+    audit = ("--audit", "off")
+    if args.audit:
+        from fhir_transforms.keys import init_key_file
+
+        init_key_file(tmp / name / "audit.key", "audit")
+        audit = ("--audit", str(tmp / name / "audit.sqlite"), "--audit-key-file", str(tmp / name / "audit.key"))
+    acked_s, delivered_s, cpu = asyncio.run(end_to_end(payloads, args.connections, args.workers, key_file,
+                                                       tmp / name, audit=audit))
+    _, edge_s, edge_cpu = asyncio.run(end_to_end(payloads, args.connections, args.workers, key_file, tmp / name,
+                                                 edge_only=True))
     print(f"\n[{name}] {n} messages, mean {size / 1024:.1f} KiB, {args.connections} connections, "
           f"{os.cpu_count()} CPUs, {args.workers} de-identification workers")
     print(f"  raw MLLP echo (same socket code):      {n / echo_s:8.0f} messages/s")
     print(f"  HL7v2 engine alone, one process:       {engine:8.0f} messages/s")
     print(f"  edge alone (identity de-identifier):   {n / edge_s:8.0f} messages/s, queued and delivered")
-    print(f"  end to end, ACKed to senders:          {n / acked_s:8.0f} messages/s")
+    audited = "on" if args.audit else "off"
+    print(f"  end to end, ACKed to senders:          {n / acked_s:8.0f} messages/s (audit trail {audited})")
     print(f"  end to end, delivered downstream:      {n / delivered_s:8.0f} messages/s")
+    print(f"  listener CPU per message:              {cpu / n * 1000:8.2f} ms (listener process and its workers; "
+          f"the edge alone: {edge_cpu / n * 1000:.2f} ms)")
     print(f"  ratio end to end / echo:               {echo_s / delivered_s:8.3f}")
     print(f"  target >= 1000 messages/s end to end:  {'met' if n / delivered_s >= 1000 else 'NOT met'}")
 
@@ -233,6 +259,8 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=300, help="messages in the shared-samples run (0: skip)")
     parser.add_argument("--connections", type=int, default=8)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--audit", action=argparse.BooleanOptionalAction, default=True,
+                        help="audit trail on (as `deid-adapter mllp` by default; a store in a temporary folder) or off")
     args = parser.parse_args()
 
     import secrets

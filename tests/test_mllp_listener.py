@@ -385,6 +385,54 @@ def _die(text: str) -> str:
     os._exit(1)
 
 
+def _die_on_marker(text: str) -> str:
+    if "DIE" in text:
+        os._exit(1)
+    if "BADINPUT" in text:
+        raise InputError("PID-5: component not parseable")
+    return fake_deidentify(text)
+
+
+def test_worker_processes_answer_batches_and_a_bad_message_fails_only_itself(tmp_path):
+    """The listener's worker processes: several messages per call, each with its own result or error."""
+    workers = mllp.WorkerProcesses(_die_on_marker, 2)
+    try:
+        async def scenario():
+            batch = [adt("W-1"), adt("W-2", "BADINPUT^DOE"), adt("W-3")]
+            results = await workers.run(batch)
+            again = await asyncio.gather(*(workers.run([adt(f"G-{n}")]) for n in range(6)))
+            return results, again
+
+        results, again = run(scenario())
+    finally:
+        workers.shutdown()
+    assert [ok for ok, _ in results] == [True, False, True] and isinstance(results[1][1], InputError)
+    assert results[0][1] == fake_deidentify(adt("W-1")) and all(r[0][0] for r in again)
+    assert not any(p.is_alive() for p in workers._processes)
+
+
+def test_a_dead_worker_process_stops_the_service_and_the_message_is_not_acked_aa(tmp_path):
+    workers = mllp.WorkerProcesses(_die_on_marker, 2)
+
+    async def scenario():
+        stop = asyncio.Event()
+        ready = asyncio.get_running_loop().create_future()
+        task = asyncio.create_task(mllp.serve(_die_on_marker, (HOST, 0), mllp.FolderTarget(tmp_path / "out"),
+                                              tmp_path / "q.sqlite", executor=workers, stop=stop,
+                                              on_ready=ready.set_result))
+        s = MllpSender((await ready)[1])
+        codes = [await s.send(adt("W-1")), await s.send(adt("W-2", "DIE^NOW"))]
+        await s.close()
+        with pytest.raises(RuntimeError, match="workers died"):
+            await asyncio.wait_for(task, 10)
+        return codes
+
+    try:
+        assert run(scenario()) == ["AA", "AR"]
+    finally:
+        workers.shutdown()
+
+
 def test_dead_workers_stop_the_service_and_the_message_is_not_acked_aa(tmp_path):
     from concurrent.futures import ProcessPoolExecutor
     import multiprocessing
