@@ -1,6 +1,9 @@
-"""What the bulk tests share: the sample export, one reference run (local engine, one worker), tree comparison."""
+"""What the bulk tests share: the sample export, one reference run (local engine, one worker), an export with
+a resource to refuse, tree comparison."""
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 from adapter.bulk import deidentify_export
@@ -24,6 +27,18 @@ def reference_output(tmp_path_factory) -> Path:
     if "ref" not in _REFERENCE:
         _REFERENCE["ref"] = run_bulk(tmp_path_factory.mktemp("bulk-reference") / "out", workers=1)
     return _REFERENCE["ref"]
+
+
+def refusing_export(tmp_path: Path) -> tuple[Path, str]:
+    """The sample with one Condition (line 6) that must be refused (an unknown modifierExtension); and its id."""
+    root = tmp_path / "in"
+    shutil.copytree(SAMPLE, root)
+    condition = json.loads((SAMPLE / "Condition.000.ndjson").read_text().splitlines()[5])
+    condition["modifierExtension"] = [{"url": "http://example.org/unknown-modifier", "valueBoolean": True}]
+    lines = (root / "Condition.000.ndjson").read_text().splitlines()
+    lines[5] = json.dumps(condition)
+    (root / "Condition.000.ndjson").write_text("\n".join(lines) + "\n")
+    return root, condition["id"]
 
 
 def tree(root: Path) -> dict[str, bytes]:

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from adapter.bulk import SUMMARY_NAME, WORK_DIR
+from adapter.bulk import SUMMARY_NAME, WORK_DIR, linked_patients
 from fhir_transforms.keys import Key, key_id_for
 from fhir_transforms.pseudonym import Pseudonymizer
-from tests.bulk_support import SAMPLE, TODAY, assert_same_tree, reference_output, run_bulk
+from tests.bulk_support import SAMPLE, TODAY, assert_same_tree, reference_output, refusing_export, run_bulk
 from tests.conftest import ROOT, TEST_SECRET
 
 LEAK_TOOL = ROOT.parent / "shared" / "tools" / "fhir_leak.py"
@@ -77,6 +77,33 @@ def test_a_note_is_masked_with_the_known_identifiers_of_a_patient_from_another_f
         assert not [name for name in names if name in note_text(after)]
 
 
+LINKED_CASES = [
+    ({"resourceType": "Observation", "subject": {"reference": "Patient/p1"}}, {"p1"}),
+    ({"resourceType": "Claim", "patient": {"reference": "https://fhir.example.org/r4/Patient/p2/_history/3"},
+      "provider": {"reference": "Practitioner/d1"}}, {"p2"}),
+    ({"resourceType": "Composition", "section": [{"entry": [{"reference": "urn:uuid:5b1d3f0e-1f0a-4a59-9c43-2f3e0b3a7c11"}]}]},
+     {"5b1d3f0e-1f0a-4a59-9c43-2f3e0b3a7c11"}),
+    ({"resourceType": "Observation", "subject": {"reference": "Patient/p4"}, "note": [{"text": 'said "reference": "Patient/x"'}]},
+     {"p4"}),  # a quote in a string: escaped, so the walk decides
+    ({"resourceType": "Observation", "subject": {"reference": "Patient/p5", "display": "Zo\u00eb"}}, {"p5"}),  # once escaped, once in UTF-8
+    ({"resourceType": "Observation", "subject": {"display": "no reference"}, "code": {"text": "reference"}}, set()),
+]
+
+
+@pytest.mark.parametrize("doc, ids", LINKED_CASES)
+@pytest.mark.parametrize("spacing", [(",", ":"), (" , ", " : ")], ids=["compact", "spaced"])
+def test_linked_patients_from_the_line_are_those_of_the_walk(doc, ids, spacing):
+    for line in (json.dumps(doc, separators=spacing).encode(), json.dumps(doc, separators=spacing, ensure_ascii=False).encode()):
+        assert linked_patients(json.loads(line), line) == linked_patients(json.loads(line)) == ids
+
+
+def test_linked_patients_of_every_sample_resource_agree():
+    for path in SAMPLE.glob("*.ndjson"):
+        for line in path.read_bytes().splitlines():
+            doc = json.loads(line)
+            assert linked_patients(doc, line) == linked_patients(doc), (path.name, doc.get("id"))
+
+
 def test_one_patient_shifts_by_one_offset_in_every_file(tmp_path):
     out = run_bulk(tmp_path / "out", profile="longitudinal", workers=2)
     patients = {p["id"] for p in ndjson(SAMPLE / "Patient.000.ndjson")}
@@ -109,17 +136,6 @@ def test_summary_and_manifest_hold_no_phi(reference):
     for name in (SUMMARY_NAME, "manifest.json"):
         text = (reference / name).read_text()
         assert not [v for v in phi if v in text], name
-
-
-def refusing_export(tmp_path: Path) -> tuple[Path, str]:
-    root = tmp_path / "in"
-    shutil.copytree(SAMPLE, root)
-    condition = json.loads((SAMPLE / "Condition.000.ndjson").read_text().splitlines()[5])
-    condition["modifierExtension"] = [{"url": "http://example.org/unknown-modifier", "valueBoolean": True}]
-    lines = (root / "Condition.000.ndjson").read_text().splitlines()
-    lines[5] = json.dumps(condition)
-    (root / "Condition.000.ndjson").write_text("\n".join(lines) + "\n")
-    return root, condition["id"]
 
 
 def test_a_refused_resource_is_listed_and_the_rest_is_exported(tmp_path, test_key_file):
