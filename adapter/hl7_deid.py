@@ -61,8 +61,7 @@ class MessageWalk:
         for k, seg in enumerate(self.message.segments, 1):
             if not (seg.sid == "OBX" and self._open_note):
                 self._open_note = None
-            for n in seg.numbers():
-                raw = seg.get(n)
+            for n, raw in _fields(seg):
                 if not raw or raw == '""':
                     continue
                 rule = self._rule(seg, n)
@@ -388,7 +387,7 @@ class HL7Deidentifier:
         known: set[KnownIdentifier] = set()
         walk = MessageWalk(self, message, known)
         walk.run()
-        known_ids = tuple(sorted(k for k in known if len(k.value.strip()) >= 2))
+        known_ids = tuple(sorted((k for k in known if len(k.value.strip()) >= 2), key=_value_and_category))
         notes = walk.notes
         try:
             found = self.stack.detect_many([n.text for n in notes], known_ids)
@@ -410,19 +409,35 @@ class HL7Deidentifier:
         return out
 
 
+def _value_and_category(k: KnownIdentifier) -> tuple[str, str]:
+    return k.value, k.category  # KnownIdentifier's own order, without its generated __lt__
+
+
+def _fields(seg: er7.Segment):
+    """(field number, raw value) of each field present; a header's MSH-1/MSH-2 (its delimiters) are not fields here."""
+    if seg.sid in er7.HEADERS:
+        return enumerate(seg.parts[2:], 3)
+    return enumerate(seg.parts[1:], 1)
+
+
 def _output_strings(message: er7.Message, skip: frozenset[str] = frozenset()):
     """Every field of the output as the leak guard reads it: leaves unescaped, ED text payloads decoded."""
     d = message.delimiters
+    to_separator = er7.leaf_separators(d, LEAF_SEPARATOR)
     for k, seg in enumerate(message.segments, 1):
-        for n in seg.numbers():
-            raw = seg.get(n)
+        for n, raw in _fields(seg):
             if not raw or f"{seg.sid}.{n}" in skip:
                 continue
+            path = f"{seg.sid}[{k}]-{n}"
+            ed = seg.sid == "OBX" and n == 5 and seg.get(2).upper().startswith("ED")
+            if d.escape not in raw and not ed:  # nothing to unescape: the leaves are the raw text between separators
+                yield path, raw.translate(to_separator)
+                continue
             leaves = [er7.decode(s, d)[0] for r in er7.split_field(raw, d) for c in r for s in c]
-            yield f"{seg.sid}[{k}]-{n}", LEAF_SEPARATOR.join(leaves)
-            if seg.sid == "OBX" and n == 5 and seg.get(2).upper().startswith("ED"):
+            yield path, LEAF_SEPARATOR.join(leaves)
+            if ed:
                 for leaf in leaves:
                     try:
-                        yield f"{seg.sid}[{k}]-{n}", base64.b64decode(leaf, validate=True).decode("utf-8")
+                        yield path, base64.b64decode(leaf, validate=True).decode("utf-8")
                     except ValueError:
                         continue

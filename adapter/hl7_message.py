@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from fhir_transforms.errors import InputError
 
@@ -90,14 +91,22 @@ def _unescape_one(seq: str, d: Delimiters) -> str:
     return ""
 
 
+@lru_cache(maxsize=64)
+def _escapes(d: Delimiters) -> dict[int, str]:
+    e = d.escape
+    return str.maketrans({d.escape: f"{e}E{e}", d.field: f"{e}F{e}", d.component: f"{e}S{e}",
+                          d.subcomponent: f"{e}T{e}", d.repetition: f"{e}R{e}", "\r": f"{e}X0D{e}", "\n": f"{e}.br{e}"})
+
+
 def escape(text: str, d: Delimiters) -> str:
     """Escape a new value for writing: delimiters as \\F\\ \\S\\ \\T\\ \\R\\ \\E\\, line breaks as \\.br\\."""
-    e = d.escape
-    table = {d.escape: f"{e}E{e}", d.field: f"{e}F{e}", d.component: f"{e}S{e}", d.subcomponent: f"{e}T{e}",
-             d.repetition: f"{e}R{e}", "\r": f"{e}X0D{e}", "\n": f"{e}.br{e}"}
-    if not any(c in table for c in text):
-        return text
-    return "".join(table.get(c, c) for c in text)
+    return text.translate(_escapes(d))
+
+
+@lru_cache(maxsize=64)
+def leaf_separators(d: Delimiters, separator: str) -> dict[int, str]:
+    """A translation that turns the repetition, component and subcomponent separators into `separator`."""
+    return str.maketrans({c: separator for c in (d.repetition, d.component, d.subcomponent)})
 
 
 def rewrite(raw: str, d: Delimiters, spans: list[tuple[int, int, str]]) -> str:
