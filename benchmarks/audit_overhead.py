@@ -16,9 +16,9 @@ Prints per workload: seconds and records/s per mode, and the overhead (on / off 
 the overheads. Then the audit's own cost, timed around the audit calls inside the "on" runs (hashing,
 chaining, signing, insert and commit), which does not drown in that noise: microseconds per record and
 its share of the de-identification time alone (de-identify + serialize, without the output write), in
-wall-clock time and in this thread's CPU time (the difference is the wait for the commit's fsync, which
-varies with the disk's load, and for the PostgreSQL server). Last, raw append rates (one record per
-transaction, batches of 100) and verify speed.
+wall-clock time and in this thread's CPU time (on a loaded machine wall-clock time also counts waiting
+for a core; the audit also waits for the commit's fsync, which varies with the disk's load, and for the
+PostgreSQL server). Last, raw append rates (one record per transaction, batches of 100) and verify speed.
 """
 from __future__ import annotations
 
@@ -44,7 +44,8 @@ from text_deid.stack import build_stack
 
 DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "fhir"
 PG_DEFAULT = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-PARTS = ("deidentify", "audit", "write")  # wall-clock seconds; "audit cpu": this thread's CPU inside "audit"
+PARTS = ("deidentify", "audit", "write")  # wall-clock seconds; "... cpu": this thread's CPU time in that part
+TIMES = (*PARTS, "deidentify cpu", "audit cpu", "total")
 
 
 def workloads() -> dict[str, list[tuple[bool, list[dict]]]]:
@@ -60,7 +61,7 @@ def workloads() -> dict[str, list[tuple[bool, list[dict]]]]:
 
 def process(engine: Deidentifier, ndjson: bool, resources: list[dict], session: AuditSession, target: Path) -> dict:
     """One input file as the `fhir` command handles it; the seconds spent in each part."""
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.thread_time()
     results, audited = [], []
     for res in resources:
         result = engine.deidentify(res, "input")
@@ -72,7 +73,8 @@ def process(engine: Deidentifier, ndjson: bool, resources: list[dict], session: 
     t2, c2 = time.perf_counter(), time.thread_time()
     fhir_files.write_atomic(target, data)
     t3 = time.perf_counter()
-    return {"deidentify": t1 - t0, "audit": t2 - t1, "audit cpu": c2 - c1, "write": t3 - t2, "total": t3 - t0}
+    return {"deidentify": t1 - t0, "audit": t2 - t1, "write": t3 - t2, "deidentify cpu": c1 - c0, "audit cpu": c2 - c1,
+            "total": t3 - t0}
 
 
 def append_rates(trail: AuditTrail) -> str:
@@ -125,7 +127,7 @@ def main() -> None:
             # Each file goes through every mode back to back, so drifting machine load hits the modes alike, in
             # an order that rotates (a run can leave caches warm for the next); each (mode, file, part) keeps its
             # best of N. Round 0 warms caches, connections and statements.
-            best = {mode: [dict.fromkeys((*PARTS, "audit cpu", "total"), float("inf")) for _ in files] for mode in modes}
+            best = {mode: [dict.fromkeys(TIMES, float("inf")) for _ in files] for mode in modes}
             order = list(sessions.items())
             for round_ in range(args.repeat + 1):
                 for i, (ndjson, resources) in enumerate(files):
@@ -137,19 +139,21 @@ def main() -> None:
             sums = {mode: {part: sum(f[part] for f in per_file) for part in per_file[0]}
                     for mode, per_file in best.items()}
             deidentify = min(m["deidentify"] for m in sums.values())
+            deidentify_cpu = min(m["deidentify cpu"] for m in sums.values())
             off = sums["off"]["total"]
             print(f"{label}: {len(files)} files, {n} records, best of {args.repeat}")
             print(f"  {'mode':10s} {'seconds':>8s} {'records/s':>10s} {'vs off':>7s}  |  us/record: {'de-identify':>11s} "
-                  f"{'audit':>8s} {'audit CPU':>9s} {'write':>7s}")
+                  f"{'(CPU)':>8s} {'audit':>8s} {'(CPU)':>8s} {'write':>7s}")
             for mode, m in sums.items():
                 print(f"  {mode:10s} {m['total']:8.3f} {n / m['total']:10.1f} {m['total'] / off - 1:+7.1%}  |  {'':10s} "
-                      f"{m['deidentify'] / n * 1e6:11.0f} {m['audit'] / n * 1e6:8.1f} {m['audit cpu'] / n * 1e6:9.1f} "
-                      f"{m['write'] / n * 1e6:7.0f}")
+                      + " ".join(f"{m[part] / n * 1e6:{w}.{p}f}" for part, w, p in (
+                          ("deidentify", 11, 0), ("deidentify cpu", 8, 0), ("audit", 8, 1), ("audit cpu", 8, 1),
+                          ("write", 7, 0))))
             print("  overhead (target <= +10%; 'off again' shows the noise): " + ", ".join(
                 f"{name} {sums[name]['total'] / off - 1:+.1%}" for name in trails))
-            print(f"  the audit itself, as a share of de-identification ({deidentify / n * 1e6:.0f} us/record): "
-                  + ", ".join(f"{name} {sums[name]['audit'] / deidentify:.1%} (CPU {sums[name]['audit cpu'] / deidentify:.1%})"
-                              for name in trails))
+            print("  the audit itself, as a share of de-identification: " + ", ".join(
+                f"{name} {sums[name]['audit'] / deidentify:.1%} wall, {sums[name]['audit cpu'] / deidentify_cpu:.1%} CPU"
+                for name in trails))
         for name, trail in trails.items():
             print(f"{name}: {append_rates(trail)}")
             trail.close()
