@@ -545,6 +545,9 @@ class MllpListener:
     async def _answer(self, cid: int, event: Union[bytes, BadFrame]) -> bytes:
         """The response frame payload for one frame: ACK or NAK, encoded like the message."""
         self.stats.received += 1
+        # Logs name a message by its arrival number, never by MSH-10: senders build control ids from
+        # timestamps, MRNs and account numbers. The sender matches its ACK (MSA-2) to its own id.
+        number = self.stats.received
         if isinstance(event, BadFrame):
             self.stats.rejected += 1
             log.warning("connection %d: bad frame: %s", cid, event.reason)
@@ -558,15 +561,15 @@ class MllpListener:
         except NotAccepted as e:
             header = header or _header_or_none(event)
             self.stats.rejected += 1
-            log.warning("connection %d: message %s not accepted: %s", cid, _cid(header), e)
+            log.warning("connection %d: message #%d not accepted: %s", cid, number, e)
             ack = build_ack(header, "AR", str(e), e.code)
         except InputError as e:
             self.stats.errors += 1
-            log.warning("connection %d: message %s bad input: %s", cid, _cid(header), e)
+            log.warning("connection %d: message #%d bad input: %s", cid, number, e)
             ack = build_ack(header, "AE", f"cannot be de-identified as given: {e}", 102)
         except RecordRefused as e:
             self.stats.rejected += 1
-            log.warning("connection %d: message %s refused: %s", cid, _cid(header), e)
+            log.warning("connection %d: message #%d refused: %s", cid, number, e)
             ack = build_ack(header, "AR", f"refused by de-identification: {e}", 207)
             if self.audit is not None:
                 try:
@@ -576,12 +579,12 @@ class MllpListener:
         except BrokenExecutor:
             self.stats.rejected += 1
             self.failure = "the de-identification workers died"
-            log.error("connection %d: message %s: %s; stopping", cid, _cid(header), self.failure)
+            log.error("connection %d: message #%d: %s; stopping", cid, number, self.failure)
             self.on_fatal()
             ack = build_ack(header, "AR", "internal error; resend later", 207)
         except Exception as e:  # noqa: BLE001 - a bug or a full disk must not cost the connection
             self.stats.rejected += 1
-            log.error("connection %d: message %s: internal error %s", cid, _cid(header), type(e).__name__)
+            log.error("connection %d: message #%d: internal error %s", cid, number, type(e).__name__)
             ack = build_ack(header, "AR", f"internal error ({type(e).__name__}); resend later", 207)
         return ack.encode(codec, "replace")
 
@@ -598,7 +601,9 @@ class MllpListener:
         if self.audit is not None:  # durable before the message is queued and ACKed; a failure NAKs (AR)
             await self.audit.submit(AuditEvent(self._peer(cid), decoded.text, output=out))
         out_control_id = parse_header(out).control_id
-        added = await self.store.enqueue(Incoming(header.sender, header.control_id, out_control_id,
+        # resends are recognized by the output's control id, a keyed pseudonym of (sender, MSH-10): the
+        # store never holds the sender's own id
+        added = await self.store.enqueue(Incoming(header.sender, header.control_id and out_control_id, out_control_id,
                                                   decoded.codec, body))
         if added:
             self.stats.accepted += 1
@@ -612,10 +617,6 @@ def _header_or_none(payload: bytes) -> Optional[Header]:
         return parse_header(payload.decode("latin-1"))
     except NotAccepted:
         return None
-
-
-def _cid(header: Optional[Header]) -> str:
-    return repr(header.control_id[:40]) if header else "(no MSH)"
 
 
 # ---------------------------------------------------------------------------------------------- forwarding

@@ -25,7 +25,7 @@ CREATE TABLE IF NOT EXISTS queue (
     body BLOB NOT NULL,                     -- the de-identified message, encoded, as it is sent downstream
     enqueued_at REAL NOT NULL
 );
-CREATE TABLE IF NOT EXISTS received (       -- de-duplication of sender resends: (MSH-3^MSH-4, MSH-10)
+CREATE TABLE IF NOT EXISTS received (       -- de-duplication of sender resends: (MSH-3^MSH-4, output MSH-10)
     sender TEXT NOT NULL,
     control_id TEXT NOT NULL,
     received_at REAL NOT NULL,
@@ -46,7 +46,8 @@ CREATE TABLE IF NOT EXISTS parked (         -- downstream answered AE/CE: kept f
 
 @dataclass(frozen=True)
 class Incoming:
-    """A de-identified message ready to queue. `sender`/`sender_control_id` identify the original for de-dup."""
+    """A de-identified message ready to queue. `sender`/`sender_control_id` identify the original for de-dup
+    (`sender_control_id`: the output's control id, a keyed pseudonym of the sender's; empty: no de-dup)."""
 
     sender: str
     sender_control_id: str

@@ -252,6 +252,42 @@ def test_resend_of_an_acked_message_is_acked_again_and_not_forwarded_twice(tmp_p
     assert receiver.raw == ["DUP-1", "DUP-2"]
 
 
+def pseudonymize_control_id(text: str) -> str:
+    """Stand-in engine that, like the real one, gives MSH-10 a pseudonym (here a reversible one, for the test)."""
+    text = fake_deidentify(text)
+    fields = text.split("|")
+    fields[9] = "P" + fields[9][::-1]
+    return "|".join(fields)
+
+
+def test_sender_control_ids_are_neither_stored_nor_logged(tmp_path, caplog):
+    """Control ids embed dates and MRNs: the store de-duplicates by the output's id and logs number messages."""
+    ids = ["MRN4471-20240101", "MRN4472-20240102", "REFUSEME-MRN4473"]
+
+    async def scenario():
+        receiver = await IdempotentReceiver().start()
+        async with running_service(tmp_path / "q.sqlite", mllp.MllpTarget(HOST, receiver.port),
+                                   deidentify=pseudonymize_control_id) as port:
+            s = MllpSender(port)
+            codes = [await s.send(adt(ids[0])), await s.send(adt(ids[0])), await s.send(adt(ids[1])),
+                     await s.send(adt(ids[2], "REFUSEME^DOE"))]
+            await wait_for(lambda: len(receiver.order) == 2)
+            await asyncio.sleep(0.2)
+            await s.close()
+        await receiver.stop()
+        return codes, receiver
+
+    with caplog.at_level("DEBUG", logger="deid_adapter"):
+        codes, receiver = run(scenario())
+    assert codes == ["AA", "AA", "AA", "AR"]  # the resend is ACKed again ...
+    assert receiver.raw == ["P" + ids[0][::-1], "P" + ids[1][::-1]]  # ... and not forwarded twice
+    stored = b"".join(f.read_bytes() for f in tmp_path.iterdir() if f.name.startswith("q.sqlite"))
+    logged = caplog.text
+    assert "refused" in logged
+    for control_id in ids:
+        assert control_id.encode() not in stored and control_id not in logged
+
+
 def test_non_ascii_and_large_messages_keep_their_charset(tmp_path):
     note = "OBX|1|TX|NOTE||" + "lorem ipsum " * 600_000 + "\r"  # about 7 MB
     messages = [(adt("U-1", "MÜLLER^JOSÉ", charset="UNICODE UTF-8"), "utf-8"),
