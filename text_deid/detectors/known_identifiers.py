@@ -185,20 +185,29 @@ class _Candidate:
     forms: tuple[str, ...]
 
 
+@lru_cache(maxsize=65536)
+def _candidate(known: KnownIdentifier) -> _Candidate | None:
+    """One identifier's forms and needles. Cached: a patient's name, phone and address recur in every
+    resource of a bulk export, while each resource's own ids and dates make its set of identifiers new."""
+    if known.category == "DATE" or not (alternatives := forms(known)):
+        return None
+    needles = tuple(project(w) for w in _needle_words(known))
+    return _Candidate(known.category, () if "" in needles else needles, tuple(alternatives))
+
+
+@lru_cache(maxsize=4096)
+def _alternation(ordered: tuple[str, ...]) -> re.Pattern:
+    return re.compile(f"{B}(?:{'|'.join(ordered)}){E}", re.IGNORECASE)
+
+
 class KnownMatcher:
     """A record's known identifiers, compiled once: needles to skip what a text cannot hold, one
     case-insensitive alternation per category (longest forms first) over the forms that remain, and the
     known days (dates are matched by their shape and looked up, not spelled out in every format)."""
 
     def __init__(self, known: tuple[KnownIdentifier, ...]):
-        candidates = []
-        for k in known:
-            if k.category != "DATE" and (alternatives := forms(k)):
-                needles = tuple(project(w) for w in _needle_words(k))
-                candidates.append(_Candidate(k.category, () if "" in needles else needles, tuple(alternatives)))
-        self.candidates = tuple(candidates)
+        self.candidates = tuple(c for k in known if (c := _candidate(k)) is not None)
         self.days = _known_dates(known)
-        self._patterns: dict[tuple, re.Pattern] = {}
 
     def find(self, text: str, detector: str) -> list[Span]:
         """Every occurrence of every known identifier in `text`."""
@@ -209,18 +218,12 @@ class KnownMatcher:
                 by_category.setdefault(c.category, set()).update(c.forms)
         spans = []
         for category, alternatives in sorted(by_category.items()):
-            pattern = self._pattern(alternatives)
+            pattern = _alternation(tuple(sorted(alternatives, key=lambda a: (-len(a), a))))
             spans.extend(Span(m.start(), m.end(), category, detector, 1.0) for m in pattern.finditer(text) if m.end() > m.start())
         if self.days:
             spans.extend(Span(m.start(), m.end(), "DATE", detector, 1.0)
                          for m in DATE_SHAPE_RE.finditer(text) if date_readings(m) & self.days)
         return spans
-
-    def _pattern(self, alternatives: set[str]) -> re.Pattern:
-        ordered = tuple(sorted(alternatives, key=lambda a: (-len(a), a)))
-        if ordered not in self._patterns:
-            self._patterns[ordered] = re.compile(f"{B}(?:{'|'.join(ordered)}){E}", re.IGNORECASE)
-        return self._patterns[ordered]
 
 
 @lru_cache(maxsize=256)
