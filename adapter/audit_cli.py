@@ -70,13 +70,15 @@ def open_session(engine, data_format: str, target: Optional[str], key_file: Opti
 
 
 def record_file(account: AuditSession, audited: list, data: bytes, ndjson: bool) -> None:
-    """Audit the records of one output file and commit: (input, findings, where) per record, and the file's bytes.
+    """Audit the records of one output file and commit: (input, resource type, findings, where) per record,
+    and the file's bytes.
 
     A record's output hash is that of the bytes written for it (the .json file, or its NDJSON line without the
-    newline), so `sha256sum` of a released file matches; the input hash is of its canonical JSON."""
+    newline), so `sha256sum` of a released file matches; the input hash is of the input as given (its bytes
+    as read, or a held record's canonical JSON)."""
     written = data.split(b"\n")[:-1] if ndjson else [data]
-    for (res, findings, where), out in zip(audited, written, strict=True):
-        account.deidentified(res, out, findings, where, res["resourceType"])
+    for (given, root, findings, where), out in zip(audited, written, strict=True):
+        account.deidentified(given, out, findings, where, root)
     account.commit()
 
 

@@ -344,10 +344,10 @@ def process_chunk(root: Path, chunk: Chunk, worker: Worker) -> tuple[bytes, dict
         except (InputError, RecordRefused) as e:
             rid = engine.pseudo.resource_id(res["id"]) if isinstance(res.get("id"), str) and res["id"] else None
             refusals.append([n, rid, refusal_reason(e)])
-            entries.append(audit.refusal(engine, input=res, reason=refusal_reason(e), **who))
+            entries.append(audit.refusal(engine, input=line, reason=refusal_reason(e), **who))
             continue
         out.append(fhir_files.serialize([result.resource], True))
-        entries.append(audit.deidentification(engine, input=res, output=out[-1][:-1], findings=result.findings,
+        entries.append(audit.deidentification(engine, input=line, output=out[-1][:-1], findings=result.findings,
                                               where=where, root=res["resourceType"], **who))
         written[res["resourceType"]] = written.get(res["resourceType"], 0) + 1
     return b"".join(out), {"written": written, "refusals": refusals, "audit": entries}

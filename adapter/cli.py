@@ -106,13 +106,13 @@ def fhir(
         try:
             f = fhir_files.read(path, rel)
             results, audited = [], []
-            for n, res in enumerate(f.resources, 1):
+            for n, (res, raw) in enumerate(zip(f.resources, f.raw), 1):
                 engine.validate = validate is Validation.full or (
                     validate is Validation.sample and _sampled(path, n))
                 where = f"{path}: line {n}" if f.ndjson else str(path)
                 result = engine.deidentify(res, where)
                 results.append(result.resource)
-                audited.append((res, result.findings, where))
+                audited.append((raw, res["resourceType"], result.findings, where))
             data = fhir_files.serialize(results, f.ndjson)
             audit_cli.record_file(account, audited, data, f.ndjson)  # durable before the output exists
             fhir_files.write_atomic(target, data)
@@ -126,7 +126,7 @@ def fhir(
             counts["bad_input"] += 1
             typer.echo(f"bad input  {e}", err=True)
         except RecordRefused as e:
-            account.refused(res, str(e), where, res.get("resourceType", ""))
+            account.refused(raw, str(e), where, res.get("resourceType", ""))
             try:
                 account.commit()
             except AuditError as audit_error:

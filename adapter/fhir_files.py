@@ -14,12 +14,14 @@ SUFFIXES = (".json", ".ndjson")
 
 @dataclass
 class FhirFile:
-    """One input file: its resources (one for .json, one a line for .ndjson)."""
+    """One input file: its resources (one for .json, one a line for .ndjson), and each one's bytes as read
+    (the file, or its line): what the audit trail's input hash is taken of."""
 
     path: Path
     rel: Path
     ndjson: bool
     resources: list[dict]
+    raw: list[bytes]
 
 
 class NoResources(Exception):
@@ -45,20 +47,21 @@ def read(path: Path, rel: Path) -> FhirFile:
     except OSError as e:
         raise InputError(f"{path}: {e.strerror}") from None
     if path.suffix == ".ndjson":
-        resources = []
+        resources, lines = [], []
         for n, line in enumerate(raw.splitlines(), 1):
             if line.strip():
                 resources.append(_loads(line, f"{path}: line {n}"))
+                lines.append(line.encode())
         if resources and not any("resourceType" in r for r in resources):
             raise NoResources(f"{path}: holds no FHIR resources (no line has a resourceType); skipped")
         for n, r in enumerate(resources, 1):
             if "resourceType" not in r:
                 raise InputError(f"{path}: resource {n} has no resourceType")
-        return FhirFile(path, rel, True, resources)
+        return FhirFile(path, rel, True, resources, lines)
     doc = _loads(raw, str(path))
     if "resourceType" not in doc:
         raise NoResources(f"{path}: not a FHIR resource (no resourceType); skipped")
-    return FhirFile(path, rel, False, [doc])
+    return FhirFile(path, rel, False, [doc], [raw.encode()])
 
 
 def _loads(text: str, where: str) -> dict:

@@ -94,7 +94,7 @@ def review_fhir(
                     typer.echo(f"held  {rel} line {n}: review item {routed.held_id}", err=True)
                 else:
                     released.append(routed.result.resource)
-                    audited.append((res, routed.result.findings, where))
+                    audited.append((res, res["resourceType"], routed.result.findings, where))  # as the release hashes it
             account.pending.extend(held_entries)
             if released:
                 data = fhir_files.serialize(released, f.ndjson)

@@ -23,7 +23,6 @@ PostgreSQL server). Last, raw append rates (one record per transaction, batches 
 from __future__ import annotations
 
 import argparse
-import json
 import secrets
 import shutil
 import tempfile
@@ -48,28 +47,31 @@ PARTS = ("deidentify", "audit", "write")  # wall-clock seconds; "... cpu": this 
 TIMES = (*PARTS, "deidentify cpu", "audit cpu", "total")
 
 
-def workloads() -> dict[str, list[tuple[bool, list[dict]]]]:
-    """Each workload: files, each (is NDJSON, its resources)."""
-    bundles = [(False, [json.loads(p.read_text())]) for p in sorted((DATA / "synthea-bundles").glob("*.json"))]
-    ndjson = []
-    for p in sorted((DATA / "bulk-ndjson").glob("*.ndjson")):
-        rows = [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
-        if rows and all("resourceType" in r for r in rows):
-            ndjson.append((True, rows))
-    return {"synthea bundles (1 record/file)": bundles, "bulk ndjson (many records/file)": ndjson}
+def workloads() -> dict[str, list[fhir_files.FhirFile]]:
+    """Each workload: its files, read as the `fhir` command reads them."""
+    def read(folder: str, pattern: str) -> list[fhir_files.FhirFile]:
+        files = []
+        for p in sorted((DATA / folder).glob(pattern)):
+            try:
+                files.append(fhir_files.read(p, Path(p.name)))
+            except fhir_files.NoResources:
+                continue  # the bulk client's log.ndjson
+        return files
+    return {"synthea bundles (1 record/file)": read("synthea-bundles", "*.json"),
+            "bulk ndjson (many records/file)": read("bulk-ndjson", "*.ndjson")}
 
 
-def process(engine: Deidentifier, ndjson: bool, resources: list[dict], session: AuditSession, target: Path) -> dict:
+def process(engine: Deidentifier, f: fhir_files.FhirFile, session: AuditSession, target: Path) -> dict:
     """One input file as the `fhir` command handles it; the seconds spent in each part."""
     t0, c0 = time.perf_counter(), time.thread_time()
     results, audited = [], []
-    for res in resources:
+    for res, raw in zip(f.resources, f.raw):
         result = engine.deidentify(res, "input")
         results.append(result.resource)
-        audited.append((res, result.findings, "input"))
-    data = fhir_files.serialize(results, ndjson)
+        audited.append((raw, res["resourceType"], result.findings, "input"))
+    data = fhir_files.serialize(results, f.ndjson)
     t1, c1 = time.perf_counter(), time.thread_time()
-    record_file(session, audited, data, ndjson)  # durable before the output exists (nothing to do when off)
+    record_file(session, audited, data, f.ndjson)  # durable before the output exists (nothing to do when off)
     t2, c2 = time.perf_counter(), time.thread_time()
     fhir_files.write_atomic(target, data)
     t3 = time.perf_counter()
@@ -123,17 +125,17 @@ def main() -> None:
         sessions = {mode: AuditSession(trail, engine, actor="benchmark", channel="cli", data_format="fhir")
                     for mode, trail in modes.items()}
         for label, files in workloads().items():
-            n = sum(len(f) for _, f in files)
+            n = sum(len(f.resources) for f in files)
             # Each file goes through every mode back to back, so drifting machine load hits the modes alike, in
             # an order that rotates (a run can leave caches warm for the next); each (mode, file, part) keeps its
             # best of N. Round 0 warms caches, connections and statements.
             best = {mode: [dict.fromkeys(TIMES, float("inf")) for _ in files] for mode in modes}
             order = list(sessions.items())
             for round_ in range(args.repeat + 1):
-                for i, (ndjson, resources) in enumerate(files):
+                for i, f in enumerate(files):
                     k = (round_ + i) % len(order)
                     for mode, session in order[k:] + order[:k]:
-                        spent = process(engine, ndjson, resources, session, out / f"{i}.{'ndjson' if ndjson else 'json'}")
+                        spent = process(engine, f, session, out / f"{i}.{'ndjson' if f.ndjson else 'json'}")
                         if round_:
                             best[mode][i] = {part: min(best[mode][i][part], spent[part]) for part in spent}
             sums = {mode: {part: sum(f[part] for f in per_file) for part in per_file[0]}

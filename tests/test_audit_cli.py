@@ -82,7 +82,7 @@ def test_fhir_records_each_output_and_the_chain_verifies(setup):
     assert rec["profile"] == "safe-harbor" and rec["rules_version"] and rec["stack"] == DEFAULT_STACK
     assert rec["key_id"] == keys.load_key(setup["key_file"]).key_id
     assert rec["output_sha256"] == sha256_of((setup["tmp"] / "out.json").read_bytes())  # `sha256sum out.json`
-    assert rec["input_sha256"] == sha256_of(canary_patient())
+    assert rec["input_sha256"] == sha256_of(setup["src"].read_bytes())  # the bytes as read: `sha256sum` of the input
     assert {"NAME", "GEOGRAPHIC_LOCATION"} <= {f["category"] for f in rec["findings"]}
     assert all(f["path"].startswith("Patient.") for f in rec["findings"])  # the file name never enters a path
     verify = cli("audit", "verify", "--json", env=setup["env"])
