@@ -26,7 +26,7 @@ def test_default_threshold_is_the_tuned_one(monkeypatch):
     from text_deid.detectors.ner import DEFAULT_THRESHOLD
 
     monkeypatch.delenv("DEID_ADAPTER_NER_THRESHOLD", raising=False)
-    assert NerDetector().threshold == DEFAULT_THRESHOLD == 0.95
+    assert NerDetector().threshold == DEFAULT_THRESHOLD == 0.8
 
 
 def _found(det, text):
@@ -204,3 +204,14 @@ def test_without_torch_the_stack_is_unavailable(monkeypatch):
         NerDetector()
     with pytest.raises(StackUnavailable, match="deid-adapter\\[ner\\]"):
         _ner()
+
+
+@pytest.mark.parametrize("text,names", [
+    ("Options for a 61-year-old Caucasian woman with stage IV melanoma, Ines Okafor, seen last spring?", ["Ines Okafor"]),
+    ("Plan for a 40yo male with Type 1 Diabetes, Teodoro V., on a pump?", ["Teodoro V."]),
+    ("Questions about a patient named Halvard Q. and his CHA2DS2-VASc of 4.", ["Halvard Q."]),
+])
+def test_words_next_to_a_name_are_not_part_of_it(text, names):
+    default = NerDetector()  # the tuned threshold
+    found = [text[s.start:s.end].rstrip(".") for s in default.detect(text)]
+    assert found == [n.rstrip(".") for n in names]

@@ -67,3 +67,36 @@ def test_stack_is_deterministic(stack):
     assert first == stack.detect(text)
     assert [(s.start, s.end, s.category) for s in first] == [
         (3, 15, "NAME"), (24, 31, "NAME"), (35, 39, "GEOGRAPHIC_LOCATION")]
+
+
+def test_a_hospital_named_as_a_source_of_guidance_is_not_a_location():
+    text = "Per recent recommendations from Mayo Clinic, start statin."
+    a = text.index("Mayo Clinic")
+    assert validate([Span(a, a + 11, "GEOGRAPHIC_LOCATION", "ner", 0.99)], text) == []
+    seen = "Seen at Mayo Clinic on 3/4/2023."
+    kept = [Span(8, 19, "GEOGRAPHIC_LOCATION", "ner", 0.99)]
+    assert validate(kept, seen) == kept
+
+
+def test_a_lone_lowercase_common_word_is_not_phi():
+    text = "admission date of March 3, 2021 at our Denver clinic"
+    of, our = text.index("of"), text.index("our")
+    date, city = text.index("March"), text.index("Denver")
+    spans = [Span(of, of + 2, "DATE", "ner", 0.9), Span(date, date + 13, "DATE", "ner", 0.99),
+             Span(our, our + 3, "GEOGRAPHIC_LOCATION", "ner", 0.9), Span(city, city + 6, "GEOGRAPHIC_LOCATION", "ner", 0.99)]
+    assert validate(spans, text) == [spans[1], spans[3]]
+    assert validate([Span(0, 4, "NAME", "ner", 0.9)], "Will Smith called") == [Span(0, 4, "NAME", "ner", 0.9)]
+
+
+@pytest.mark.parametrize("text,category,kept", [
+    ("INR goal 2-3.5", "UNIQUE_IDENTIFIER", True),  # a range, not an identifier
+    ("LDL of 190", "DATE", True),  # three digits: not a date
+    ("MRN 4821", "MEDICAL_RECORD_NUMBER", False),
+    ("seen 3/4", "DATE", False),
+])
+def test_safe_harbor_keeps_numbers_of_three_digits_or_fewer(text, category, kept):
+    from text_deid.safe_harbor import keeps
+
+    value = text.split()[-1]
+    a = text.index(value)
+    assert keeps(Span(a, a + len(value), category, "ner", 0.9), text) is kept

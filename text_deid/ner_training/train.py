@@ -132,6 +132,8 @@ def main(argv=None) -> None:
     else:
         from text_deid.ner_training import synth
 
+        if not synth.common_words("train"):  # without them every ordinary word looks like PHI to the model
+            raise SystemExit("train: the English word list is missing; pip install '.[ner-train]'")
         docs = synth.generate(a.n_docs, seed=1, split="train")
         p = synth.pools("train")
         lists = [" ".join(p.first), " ".join(p.last[:30000]), " ".join(c for c, _ in p.cities), " ".join(p.counties),
