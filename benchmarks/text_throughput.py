@@ -3,7 +3,8 @@ model: the `no_op` NLP engine), on the same text, measured side by side in one r
 
 Run: .venv/bin/python benchmarks/text_throughput.py [--repeat N] [--stacks patterns,no-llm]
 Text: the ASQ-PHI tuning queries (../shared/data/asq-phi/tuning.jsonl), one call per query. Prints chars/s
-for each and the ratio each stack has over Presidio's pattern-only analyzer (target: patterns >= 10x).
+for each and the ratio each stack has over Presidio's pattern-only analyzer (target: patterns >= 10x), and
+the NER detector's tokens/s on one thread (target: >= 5,000).
 A stack whose detectors are not available here (no-llm without the NER model) is reported and skipped.
 """
 from __future__ import annotations
@@ -62,6 +63,22 @@ def main() -> None:
         # one detector thread pool per call is part of the stack's cost, so it is measured
         cps = chars_per_second(lambda t: stack.detect(t, ()), texts, args.repeat)
         print(f"{name:<36} {cps:>12,.0f} chars/s  {cps / presidio:6.1f}x presidio pattern-only")
+    ner_tokens_per_second(texts, args.repeat)
+
+
+def ner_tokens_per_second(texts: list[str], repeat: int) -> None:
+    """The NER detector alone, one call per query, on one thread (DEID_ADAPTER_NER_THREADS, default 1)."""
+    from text_deid.detectors.ner import NerDetector, NerUnavailable
+
+    try:
+        ner = NerDetector()
+    except NerUnavailable as e:
+        print(f"{'ner':<36} skipped: {e}")
+        return
+    tokens = sum(len(ner.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts)
+    cps = chars_per_second(lambda t: ner.detect(t, ()), texts, repeat)
+    seconds = sum(map(len, texts)) / cps
+    print(f"{'ner detector alone':<36} {cps:>12,.0f} chars/s  {tokens / seconds:,.0f} tokens/s on one thread")
 
 
 if __name__ == "__main__":
