@@ -161,8 +161,8 @@ def output_strings(node, generated: set[str], path: str) -> list[tuple[str, str]
 
 def _collect_strings(node, generated: set[str], path: str, found: list) -> None:
     # a plain recursive walk (no generators): it visits every value of every record
-    items = node.items() if type(node) is dict else enumerate(node)
     is_dict = type(node) is dict
+    items = node.items() if is_dict else enumerate(node)
     for k, v in items:
         if is_dict and k in SKIP_KEYS:
             continue

@@ -34,23 +34,19 @@ class Profile:
     identifier_remove_systems: frozenset[str]
     extension_allow: frozenset[str]
     modifier_extension_allow: frozenset[str]
-    _cache: dict = field(default_factory=dict, repr=False)
     plans: dict = field(default_factory=dict, repr=False)  # the walker's per-path plans (fhir_transforms/walker.py)
 
     def lookup(self, path: str, owner: str, owner_is_resource: bool, element: str, element_type: str) -> Rule | None:
-        """The most specific rule for an element: full path, then owner.element, then type."""
-        cache_key = (path, owner, element)
-        if cache_key in self._cache:
-            return self._cache[cache_key]
+        """The most specific rule for an element: full path, then owner.element, then type (the walker
+        caches the answer per path in its plans)."""
         rules = self.rules
-        self._cache[cache_key] = rule = (
+        return (
             rules.get(path)
             or rules.get(f"{owner}.{element}")
             or (rules.get(f"Resource.{element}") if owner_is_resource else None)
             or (rules.get(f"Element.{element}") if not owner_is_resource else None)
             or rules.get(element_type)
         )
-        return rule
 
 
 def _rule(spec, where: str) -> Rule:

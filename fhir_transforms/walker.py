@@ -143,7 +143,7 @@ def _patient_of(res: dict, ctx: RecordContext) -> str:
     return ctx.single_patient or ""
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True)
 class _Step:
     """What the walker does with one JSON key of one element path, worked out once per profile."""
 
@@ -153,12 +153,6 @@ class _Step:
     fpath: str
     kept_as: tuple[type, ...] = ()  # a primitive the rules keep unchanged: the JSON types it may have
     walk_into: bool = False  # a complex datatype without a rule of its own (extensions excepted: allow-list)
-    inner: dict | None = None  # the plan of the element's own elements, once first needed
-
-    def inner_plan(self, profile: Profile) -> dict:
-        if self.inner is None:
-            self.inner = _plan(profile, self.element.type, self.fpath, False)
-        return self.inner
 
 
 JSON_TYPES = {"boolean": (bool,), **{t: (int, float) for t in NUMBER_TYPES}}
@@ -192,7 +186,7 @@ def _walk_complex(node: dict, plan: dict[str, _Step], path: str, ctx: RecordCont
         if step.kept_as and _keeps(value, step):
             continue  # most primitives (codes, units, values) stay as they are: nothing to rewrite
         if step.walk_into and type(value) is dict and not step.element.is_list:  # the commonest complex case
-            _walk_complex(value, step.inner_plan(ctx.profile), f"{path}.{key}", ctx, state)
+            _walk_complex(value, _plan(ctx.profile, step.element.type, step.fpath, False), f"{path}.{key}", ctx, state)
             if not value:
                 del node[key]
             continue
@@ -222,7 +216,7 @@ def _walk_values(node: dict, key: str, step: _Step, path: str, ctx: RecordContex
         # the index it will have in the output (generated-value paths must match the output the guard reads)
         item_path = f"{sub_path}[{len(out)}]" if el.is_list else sub_path
         if step.walk_into and type(value) is dict:  # a datatype no rule names: only its elements have rules
-            _walk_complex(value, step.inner_plan(profile), item_path, ctx, state)
+            _walk_complex(value, _plan(profile, el.type, step.fpath, False), item_path, ctx, state)
             result = value
         else:
             site = Site(ctx, state, node, step.owner, el, item_path, step.fpath)

@@ -447,24 +447,27 @@ def test_worker_processes_answer_batches_and_a_bad_message_fails_only_itself(tmp
     assert not any(p.is_alive() for p in workers._processes)
 
 
+async def _serve_until_the_workers_die(tmp_path, deidentify, executor, messages: list[str]) -> list[str]:
+    """Send `messages` to a listener whose de-identification runs in `executor`; the service must stop."""
+    stop = asyncio.Event()
+    ready = asyncio.get_running_loop().create_future()
+    task = asyncio.create_task(mllp.serve(deidentify, (HOST, 0), mllp.FolderTarget(tmp_path / "out"),
+                                          tmp_path / "q.sqlite", executor=executor, stop=stop,
+                                          on_ready=ready.set_result))
+    s = MllpSender((await ready)[1])
+    codes = [await s.send(m) for m in messages]
+    await s.close()
+    with pytest.raises(RuntimeError, match="workers died"):
+        await asyncio.wait_for(task, 10)
+    return codes
+
+
 def test_a_dead_worker_process_stops_the_service_and_the_message_is_not_acked_aa(tmp_path):
     workers = mllp.WorkerProcesses(_die_on_marker, 2)
-
-    async def scenario():
-        stop = asyncio.Event()
-        ready = asyncio.get_running_loop().create_future()
-        task = asyncio.create_task(mllp.serve(_die_on_marker, (HOST, 0), mllp.FolderTarget(tmp_path / "out"),
-                                              tmp_path / "q.sqlite", executor=workers, stop=stop,
-                                              on_ready=ready.set_result))
-        s = MllpSender((await ready)[1])
-        codes = [await s.send(adt("W-1")), await s.send(adt("W-2", "DIE^NOW"))]
-        await s.close()
-        with pytest.raises(RuntimeError, match="workers died"):
-            await asyncio.wait_for(task, 10)
-        return codes
-
     try:
-        assert run(scenario()) == ["AA", "AR"]
+        codes = run(_serve_until_the_workers_die(tmp_path, _die_on_marker, workers,
+                                                 [adt("W-1"), adt("W-2", "DIE^NOW")]))
+        assert codes == ["AA", "AR"]
     finally:
         workers.shutdown()
 
@@ -473,22 +476,11 @@ def test_dead_workers_stop_the_service_and_the_message_is_not_acked_aa(tmp_path)
     from concurrent.futures import ProcessPoolExecutor
     import multiprocessing
 
-    async def scenario():
-        pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork"))
-        stop = asyncio.Event()
-        ready = asyncio.get_running_loop().create_future()
-        task = asyncio.create_task(mllp.serve(_die, (HOST, 0), mllp.FolderTarget(tmp_path / "out"),
-                                              tmp_path / "q.sqlite", executor=pool, stop=stop,
-                                              on_ready=ready.set_result))
-        s = MllpSender((await ready)[1])
-        code = await s.send(adt("W-1"))
-        await s.close()
-        with pytest.raises(RuntimeError, match="workers died"):
-            await asyncio.wait_for(task, 10)
+    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork"))
+    try:
+        assert run(_serve_until_the_workers_die(tmp_path, _die, pool, [adt("W-1")])) == ["AR"]
+    finally:
         pool.shutdown()
-        return code
-
-    assert run(scenario()) == "AR"
 
 
 def _refuse(text: str) -> str:
