@@ -54,3 +54,39 @@ def test_results_are_deterministic_and_reuse_one_pool():
     pool = stack._executor()
     assert stack.detect_many(["Anna a", "Bert b"], ()) == first
     assert stack._executor() is pool
+
+
+class SlowInThread:
+    """Bounds its own time (as the pattern detector's regex timeouts do) but answers after the stack's limit."""
+    name = "slow"
+    bounds_own_time = True
+
+    def __init__(self):
+        self.threads = []
+
+    def detect(self, text, known):
+        self.threads.append(threading.get_ident())
+        time.sleep(0.3)
+        return []
+
+
+class BrokenInThread:
+    name = "broken"
+    bounds_own_time = True
+
+    def detect(self, text, known):
+        raise RuntimeError(text)  # the message quotes the text: the stack must not pass it on
+
+
+def test_detectors_that_bound_their_own_time_run_in_the_calling_thread_and_a_late_answer_is_refused():
+    slow = SlowInThread()
+    with pytest.raises(DetectorError, match="slow: timed out"):
+        TextStack("t", [Fine(), slow], timeout_s=0.1).detect("Anna was here", ())
+    assert slow.threads == [threading.get_ident()]
+    assert TextStack("t", [Fine(), slow], timeout_s=5).detect("Anna was here", ())[0].category == "NAME"
+
+
+def test_an_in_thread_detector_error_fails_the_record_without_quoting_the_text():
+    with pytest.raises(DetectorError) as info:
+        TextStack("t", [Fine(), BrokenInThread()]).detect("Anna was here", ())
+    assert str(info.value) == "broken: RuntimeError"

@@ -130,21 +130,20 @@ class TextStack:
             return []
         # records repeat the same strings ("Well child visit (procedure)"): detect each distinct text once
         unique = list(dict.fromkeys(texts))
-        pool = self._executor()
-        futures = [(d.name, pool.submit(_run, d, unique, known)) for d in self.detectors]
+        # Detectors that bound their own time run in this thread while the pool runs the others: handing a
+        # short text to a thread and back costs more than the regular expressions themselves.
+        pooled = [d for d in self.detectors if not getattr(d, "bounds_own_time", False)]
+        futures = {d.name: self._executor().submit(_run, d, unique, known) for d in pooled}
+        results = {d.name: _result(d.name, lambda: _run(d, unique, known), self.timeout_s)
+                   for d in self.detectors if d.name not in futures}
+        for name, future in futures.items():
+            results[name] = _result(name, lambda: future.result(timeout=self.timeout_s), self.timeout_s)
         per_detector = []
-        for name, future in futures:
-            try:
-                found, seconds = future.result(timeout=self.timeout_s)
-                per_detector.append(found)
-                if timings is not None:
-                    timings[name] = timings.get(name, 0.0) + seconds
-            except FutureTimeout:  # the record fails now; the stuck detector thread is abandoned
-                raise DetectorError(f"{name}: timed out after {self.timeout_s:.0f} s") from None
-            except DetectorError:
-                raise
-            except Exception as e:  # the message of a foreign exception may quote the text: keep only its type
-                raise DetectorError(f"{name}: {type(e).__name__}") from None
+        for d in self.detectors:
+            found, seconds = results[d.name]
+            per_detector.append(found)
+            if timings is not None:
+                timings[d.name] = timings.get(d.name, 0.0) + seconds
         by_text = {}
         for i, text in enumerate(unique):
             spans = [s for found in per_detector for s in found[i]]
@@ -163,6 +162,21 @@ def _run(detector: Detector, texts: Sequence[str], known: tuple[KnownIdentifier,
     batch = getattr(detector, "detect_many", None)
     found = batch(texts, known) if batch else [detector.detect(t, known) if t.strip() else [] for t in texts]
     return found, time.perf_counter() - start
+
+
+def _result(name: str, get: Callable[[], tuple[list[list[Span]], float]], timeout_s: float):
+    """One detector's (spans per text, seconds), or DetectorError: the record fails closed."""
+    try:
+        found, seconds = get()
+    except FutureTimeout:  # the record fails now; the stuck detector thread is abandoned
+        raise DetectorError(f"{name}: timed out after {timeout_s:.0f} s") from None
+    except DetectorError:
+        raise
+    except Exception as e:  # the message of a foreign exception may quote the text: keep only its type
+        raise DetectorError(f"{name}: {type(e).__name__}") from None
+    if seconds > timeout_s:  # an in-thread detector cannot be abandoned, but its late answer is refused
+        raise DetectorError(f"{name}: timed out after {timeout_s:.0f} s")
+    return found, seconds
 
 
 def _check_offsets(spans: list[Span], length: int) -> None:

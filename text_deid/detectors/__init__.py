@@ -15,3 +15,5 @@ class Detector(Protocol):
 
     # A detector may also define `detect_many(texts, known) -> list[list[Span]]` when searching a record's
     # texts together is cheaper than one by one; the stack uses it where present.
+    # A detector whose every search carries its own time limit (and fails with DetectorError past it) sets
+    # `bounds_own_time = True`: the stack then runs it in the calling thread instead of its pool.

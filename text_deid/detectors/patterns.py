@@ -269,6 +269,7 @@ class PatternDetector:
     """Regex/checksum detector for shaped PHI.  Fails closed (DetectorError) on any regex timeout."""
 
     name = DETECTOR
+    bounds_own_time = True  # every regex call carries `timeout=` (see _iter): the stack runs it in-thread
 
     def __init__(self, timeout: float = 1.0, timeout_per_mb: float = 2.0, phone_region: str = "US"):
         # every regex call gets `timeout + timeout_per_mb * MB of input` seconds
