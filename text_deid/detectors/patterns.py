@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import sys
 from contextlib import contextmanager
+from functools import lru_cache
 from typing import Iterable, Sequence
 
 import phonenumbers
@@ -81,6 +82,7 @@ _DAY = r"(?:[12]\d|3[01]|0?[1-9])"
 _Y4 = r"(?:1[89]\d\d|20\d\d)"
 _YEAR = rf"(?:{_Y4}|['’‘]\d\d)(?!\d)"
 
+# A date spelled with a month name starts at the month (md, my) or before it (dm, rel); numeric forms follow.
 _DATE_SRC = rf"""
   (?P<md>(?<![a-z])(?P<md_mon>{_MON})\s*{_DAY}{_ORD}?(?![a-z\d:])
         (?:\s*,?\s*(?:of\s+)?(?P<md_year>{_YEAR}))?)
@@ -223,6 +225,26 @@ _ZIP_BEFORE_SRC = (
 _ASCII_LOWER = {c: c + 32 for c in range(65, 91)}
 
 
+@lru_cache(maxsize=None)
+def bounded_per_position(source: str) -> bool:
+    """True when every quantifier of the regex is bounded and it does not recurse.
+
+    One match attempt then explores a bounded number of paths, so a scan is linear in the text and cannot run
+    away: such a search needs no timeout (which costs the `regex` module a few microseconds per call, more
+    than the scan of a short text). Escapes and character classes are dropped first, so `\\+` or `[+*]` do
+    not count; anything unsure counts as unbounded.
+    """
+    plain = regex.sub(r"\\.", "", source)
+    plain = regex.sub(r"\[\^?\]?[^\]]*\]", "", plain)
+    return not regex.search(r"[*+]|\{\d*,\}|\(\?P[=>]|\(\?&|\(\?R|\(\?\d", plain)
+
+
+def _date_alternatives(names: Sequence[str]) -> list[str]:
+    """The alternatives of _DATE_SRC with these group names, as its own regex sources."""
+    alternatives = [a.strip() for a in _DATE_SRC.split("\n| ")]
+    return [a for a in alternatives if any(a.startswith(f"(?P<{name}>") for name in names)]
+
+
 def _trie(words: list[str]) -> str:
     """A prefix-trie alternation (much faster than a flat one in `regex`)."""
     root: dict = {}
@@ -277,7 +299,6 @@ class PatternDetector:
         self.timeout_per_mb = float(timeout_per_mb)
         self.phone_region = phone_region
         flags = regex.VERBOSE | regex.IGNORECASE | regex.VERSION0
-        self._date = regex.compile(_DATE_SRC, flags)
         self._age = regex.compile(_AGE_SRC, flags)
         self._label = regex.compile(_LABEL_SRC, regex.IGNORECASE)
         self._zip = regex.compile(_ZIP_SRC)
@@ -310,11 +331,18 @@ class PatternDetector:
         self._leniency = phonenumbers.Leniency.VALID
         # cheap anchors: each stage scans with a fast regex, then applies its full pattern locally
         self._a_month = regex.compile(r"\b" + _trie("jan feb mar apr may jun jul aug sep oct nov dec".split()))
+        # the forms of _DATE_SRC that start at the month, matched there, and those that start before it, searched
+        # only where the 20 characters before the month hold a digit or a relative word
+        month_first, before_month = (
+            regex.compile("|".join(_date_alternatives(names)), flags) for names in (("md", "my"), ("dm", "rel")))
+        self._date_at_month, self._date_before_month = month_first, before_month
+        self._a_before_month = regex.compile(r"\d|\b(?:last|next|this|early|late|mid)\b")
         self._a_label = regex.compile(r"\b" + _trie(_LABEL_ANCHOR_WORDS))
         self._a_digit = regex.compile(r"\d")
         self._a_dnum = regex.compile(r"(?<![\d/.,:-])\d{1,4}[-/.]\d{1,2}")
         self._date_num = regex.compile(_DATE_NUM_SRC, regex.VERBOSE | regex.VERSION0)
         self._age_num = regex.compile(_AGE_NUM_SRC, regex.IGNORECASE)
+        self._a_age = regex.compile(r"(?<![\d.,])(?:9\d|1[0-3]\d)(?!\d)")
         self._a_phone = regex.compile(r"[+(]?\d[\d \t().\-]{5,22}\d(?!\w)")
         self._a_tld = regex.compile(r"\.(?:" + "|".join(sorted(_COMMON_TLDS)) + r")(?![\w@-])", regex.IGNORECASE)
         self._a_ipv4 = regex.compile(r"\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}")
@@ -326,6 +354,13 @@ class PatternDetector:
         self._a_named = regex.compile(r"\b(?:Street|Avenue|Boulevard|Road|Lane)\b")
         self._named_before = regex.compile(r"(?<![\w])(?:[A-Z][a-z]+[ \t]+){1,3}$")
         self._pobox = regex.compile(r"\b(?i:P\.?\s?O\.?\s*Box)\s*\#?\s*\d+")
+        # (stage, its function, the fewest digits any of its matches holds)
+        self._stages = (
+            ("date", self._dates, 0), ("age", self._ages, 0), ("label", self._labels, 1), ("ssn", self._ssns, 9),
+            ("phone", self._phones, 7), ("email", self._emails, 0), ("url", self._urls, 0),
+            ("ip", self._ip_addresses, 0), ("card", self._cards, 13), ("dea", self._deas, 7), ("vin", self._vins, 1),
+            ("zip", self._zips, 5), ("street", self._streets, 0), ("long-number", self._long_numbers, 10),
+        )
 
     # ------------------------------------------------------------------------------------------
     def detect(self, text: str, known: Sequence[KnownIdentifier] = ()) -> list[Span]:
@@ -334,15 +369,14 @@ class PatternDetector:
         if not text:
             return []
         self._budget = self.timeout + self.timeout_per_mb * len(text) / 1e6
-        self._low = text.translate(_ASCII_LOWER)  # ASCII-only lowering keeps offsets identical
+        # ASCII-only lowering keeps offsets identical (str.lower() may lengthen other letters, but is faster)
+        self._low = text.lower() if text.isascii() else text.translate(_ASCII_LOWER)
         out: list[Span] = []
-        stages = (
-            ("date", self._dates), ("age", self._ages), ("label", self._labels), ("ssn", self._ssns),
-            ("phone", self._phones), ("email", self._emails), ("url", self._urls), ("ip", self._ip_addresses),
-            ("card", self._cards), ("dea", self._deas), ("vin", self._vins), ("zip", self._zips),
-            ("street", self._streets), ("long-number", self._long_numbers),
-        )
-        for stage, fn in stages:
+        # ASCII digits in the text (any count where it holds other characters: \d also matches those)
+        digits = sum(map(text.count, "0123456789")) if text.isascii() else len(text)
+        for stage, fn, min_digits in self._stages:
+            if digits < min_digits:
+                continue  # no match of this stage can fit in so few digits
             try:
                 out.extend(fn(text))
             except DetectorError:
@@ -359,7 +393,12 @@ class PatternDetector:
 
     # helpers -----------------------------------------------------------------------------------
     def _iter(self, pat: regex.Pattern, text: str, pos: int = 0, endpos: int | None = None) -> Iterable:
-        return pat.finditer(text, pos, len(text) if endpos is None else endpos, timeout=self._budget)
+        return pat.finditer(text, pos, len(text) if endpos is None else endpos, timeout=self._limit(pat))
+
+    def _limit(self, pat) -> float | None:
+        """The time limit of one search with `pat`: none for a pattern that cannot backtrack without bound."""
+        source = getattr(pat, "pattern", None)
+        return None if isinstance(source, str) and bounded_per_position(source) else self._budget
 
     @staticmethod
     def _span(start: int, end: int, category: str, conf: float) -> Span:
@@ -374,18 +413,21 @@ class PatternDetector:
             p = a.start()
             if p < last_end:
                 continue
-            ws, we = max(0, p - 20), min(n, p + 40)
-            while we < n and text[we].isalnum():
-                we += 1
-            for m in self._date.finditer(text, ws, we, timeout=self._budget):
-                if not (m.start() <= p < m.end()):
-                    continue
-                sp = self._name_date(m)
-                if sp is not None:
-                    res.append(sp)
-                    last_end = max(last_end, m.end())
+            m = None
+            ws = max(0, p - 20, last_end)
+            if self._a_before_month.search(self._low, ws, p, timeout=self._limit(self._a_before_month)):
+                we = min(n, p + 40)
+                while we < n and text[we].isalnum():
+                    we += 1
+                m = next((m for m in self._iter(self._date_before_month, text, ws, we) if m.start() <= p < m.end()), None)
+            if m is None:
+                m = self._date_at_month.match(text, p, timeout=self._limit(self._date_at_month))
+            sp = None if m is None else self._name_date(m)
+            if sp is not None:
+                res.append(sp)
+                last_end = max(last_end, m.end())
         for a in self._iter(self._a_dnum, text):
-            m = self._date_num.match(text, a.start(), timeout=self._budget)
+            m = self._date_num.match(text, a.start(), timeout=self._limit(self._date_num))
             if m is not None:
                 sp = self._num_date(text, m)
                 if sp is not None:
@@ -393,20 +435,21 @@ class PatternDetector:
         return res
 
     def _name_date(self, m) -> Span | None:
-        if m.group("md"):
-            if not m.group("md_year") and not m.group("md_mon")[0].isupper():
+        g = m.groupdict()  # each of the two month regexes has only some of these groups
+        if g.get("md"):
+            if not g.get("md_year") and not g.get("md_mon")[0].isupper():
                 return None
-            return self._span(m.start(), m.end(), "DATE", 0.9 if m.group("md_year") else 0.75)
-        if m.group("dm"):
-            if not (m.group("dm_year") or m.group("dm_ord") or m.group("dm_mon")[0].isupper()):
+            return self._span(m.start(), m.end(), "DATE", 0.9 if g.get("md_year") else 0.75)
+        if g.get("dm"):
+            if not (g.get("dm_year") or g.get("dm_ord") or g.get("dm_mon")[0].isupper()):
                 return None
-            return self._span(m.start(), m.end(), "DATE", 0.9 if m.group("dm_year") else 0.7)
-        if m.group("my"):
-            mon = m.group("my_mon")
+            return self._span(m.start(), m.end(), "DATE", 0.9 if g.get("dm_year") else 0.7)
+        if g.get("my"):
+            mon = g.get("my_mon")
             if not mon[0].isupper() and mon.lower().rstrip(".") in ("may", "mar", "march"):
                 return None
             return self._span(m.start(), m.end(), "DATE", 0.85)
-        if m.group("rel"):
+        if g.get("rel"):
             return self._span(m.start(), m.end(), "DATE", 0.6)
         return None  # numeric forms are handled by _num_date
 
@@ -425,16 +468,19 @@ class PatternDetector:
             return None
         before = text[max(0, m.start() - 25):m.start()]
         after = text[m.end():m.end() + 12]
-        if _MDN_BAD_BEFORE.search(before, timeout=self._budget) or _MDN_BAD_AFTER.match(after, timeout=self._budget):
+        if (_MDN_BAD_BEFORE.search(before, timeout=self._limit(_MDN_BAD_BEFORE))
+                or _MDN_BAD_AFTER.match(after, timeout=self._limit(_MDN_BAD_AFTER))):
             return None
-        if (mo, d) in _FRACTIONS and not _DATE_CONTEXT_BEFORE.search(before, timeout=self._budget):
+        if (mo, d) in _FRACTIONS and not _DATE_CONTEXT_BEFORE.search(before, timeout=self._limit(_DATE_CONTEXT_BEFORE)):
             return None
         return self._span(m.start(), m.end(), "DATE", 0.6)
 
     # ages >= 90 ------------------------------------------------------------------------------------
     def _ages(self, text: str) -> list[Span]:
         res = []
-        for m in self._iter(self._age_num, text):
+        # every match of _age_num holds a number 90-139 on its own: a bounded scan finds that rare case first
+        ages = self._iter(self._age_num, text) if self._a_age.search(text) else ()
+        for m in ages:
             g = "age" if m.group("age") else "age2"
             if 90 <= int(m.group(g)) <= 130:
                 res.append(self._span(m.start(g), m.end(g), "AGE_OVER_89", 0.9))
@@ -453,9 +499,9 @@ class PatternDetector:
         next_pos = 0
         for a in self._iter(self._a_label, self._low):
             p = a.start()
-            if p < next_pos or self._a_digit.search(text, p, min(n, p + 60), timeout=self._budget) is None:
+            if p < next_pos or self._a_digit.search(text, p, min(n, p + 60)) is None:  # a bounded scan: no limit
                 continue
-            m = self._label.match(text, p, timeout=self._budget)
+            m = self._label.match(text, p, timeout=self._limit(self._label))
             if m is None:
                 continue
             sp = self._label_span(text, m)
@@ -480,7 +526,7 @@ class PatternDetector:
         if key == "uid":
             before = text[max(0, m.start() - 30):m.start()] + m.group(key)
             for pat, c in _CONTEXT_RECLASS:
-                if pat.search(before, timeout=self._budget):
+                if pat.search(before, timeout=self._limit(pat)):
                     cat = c
                     break
             conf = 0.8
@@ -510,7 +556,7 @@ class PatternDetector:
     def _phone_category(self, text: str, start: int) -> str:
         window = text[max(0, start - 20):start]
         last = None
-        for m in _FAX_CONTEXT.finditer(window, timeout=self._budget):
+        for m in _FAX_CONTEXT.finditer(window, timeout=self._limit(_FAX_CONTEXT)):
             last = m.group()
         if last is not None and (last.lower() == "fax" or last.startswith("F")):
             return "FAX_NUMBER"
@@ -528,11 +574,11 @@ class PatternDetector:
                 continue
             ws, we = max(0, s - 3), min(n, e + 12)
             covered = []
-            for m in self._us_phone.finditer(text, ws, we, timeout=self._budget):
+            for m in self._us_phone.finditer(text, ws, we, timeout=self._limit(self._us_phone)):
                 res.append(self._span(m.start(), m.end(), self._phone_category(text, m.start()), 0.85))
                 covered.append(m.span())
             if nd == 7:
-                for m in self._local_phone.finditer(text, ws, we, timeout=self._budget):
+                for m in self._local_phone.finditer(text, ws, we, timeout=self._limit(self._local_phone)):
                     if _PHONE_CONTEXT.search(text[max(0, m.start() - 25):m.start()], timeout=self._budget):
                         res.append(self._span(m.start(), m.end(), self._phone_category(text, m.start()), 0.6))
             if 10 <= nd <= 15 and not any(cs <= s and e <= ce for cs, ce in covered):
@@ -556,7 +602,7 @@ class PatternDetector:
                 we = min(n, p + 256)
                 while we < n and not text[we].isspace() and we - p < 1024:
                     we += 1
-                for m in self._email.finditer(text, ws, we, timeout=self._budget):
+                for m in self._email.finditer(text, ws, we, timeout=self._limit(self._email)):
                     if not (m.start() < p < m.end()):
                         continue
                     domain = m.group().rsplit("@", 1)[-1]
@@ -583,7 +629,7 @@ class PatternDetector:
                 left -= 1
             if left == a.start() or (left > 0 and text[left - 1] in "@/_"):
                 continue
-            m = self._nonscheme_url.match(text, left, timeout=self._budget)
+            m = self._nonscheme_url.match(text, left, timeout=self._limit(self._nonscheme_url))
             if m is None or m.end() < a.end():
                 continue
             s, e = m.span()
@@ -597,10 +643,10 @@ class PatternDetector:
         n = len(text)
         for a in self._iter(self._a_ipv4, text):
             ws, we = max(0, a.start() - 1), min(n, a.end() + 4)
-            for m in self._ips[2].finditer(text, ws, we, timeout=self._budget):  # presidio IPv4
+            for m in self._ips[2].finditer(text, ws, we, timeout=self._limit(self._ips[2])):  # presidio IPv4
                 if not self._ip_rec.invalidate_result(m.group()):
                     res.append(self._span(m.start(), m.end(), "IP_ADDRESS", 0.9))
-        if ("::" in text or text.count(":") >= 7) and self._a_ipv6.search(text, timeout=self._budget) is not None:
+        if ("::" in text or text.count(":") >= 7) and self._a_ipv6.search(text, timeout=self._limit(self._a_ipv6)) is not None:
             for i, pat in enumerate(self._ips):
                 if i == 2:
                     continue
@@ -631,7 +677,7 @@ class PatternDetector:
             s = a.start() - 2
             if s < 0:
                 continue
-            m = self._dea.match(text, s, timeout=self._budget)
+            m = self._dea.match(text, s, timeout=self._limit(self._dea))
             if m is not None and m.end() == a.end() and self._dea_ok(m.group()):
                 res.append(self._span(m.start(), m.end(), "CERTIFICATE_LICENSE_NUMBER", 0.8))
         return res
@@ -651,14 +697,14 @@ class PatternDetector:
         res = []
         for a in self._iter(self._a_zip, text):
             before = text[max(0, a.start() - 40):a.start()]
-            if self._zip_before.search(before, timeout=self._budget):
+            if self._zip_before.search(before, timeout=self._limit(self._zip_before)):
                 res.append(self._span(a.start(), a.end(), "GEOGRAPHIC_LOCATION", 0.85))
         return res
 
     def _streets(self, text: str) -> list[Span]:
         res = []
         for a in self._iter(self._a_street, text):
-            m = self._street.match(text, a.start(), timeout=self._budget)
+            m = self._street.match(text, a.start(), timeout=self._limit(self._street))
             if m is None or not m.group("street"):
                 continue
             num, suf = m.group("num"), m.group("suf").lower()
