@@ -4,10 +4,11 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+import regex
 from hypothesis import given, settings, strategies as st
 
 from text_deid.detectors import patterns as patmod
-from text_deid.detectors.patterns import PatternDetector, vin_check_digit_ok
+from text_deid.detectors.patterns import PatternDetector, bounded_per_position, vin_check_digit_ok
 from text_deid.spans import DetectorError, Span
 
 DET = PatternDetector()
@@ -200,3 +201,27 @@ def test_unlabelled_long_numbers_are_identifiers_but_decimals_and_short_numbers_
     covered = {text[s.start:s.end]: s.category for s in spans}
     assert covered.get("8227062227814166433") == "UNIQUE_IDENTIFIER"
     assert "1234567.891011" not in covered and "0123456789" not in covered
+
+
+@pytest.mark.parametrize("source, bounded", [
+    (r"\d{1,4}[-/.]\d{1,2}", True),
+    (r"\b(?:mrn|mr|med)", True),
+    (r"[+*]\d\+", True),  # quantifier characters inside a class or escaped are not quantifiers
+    (r"(?:\s|[:#=]){0,8}?x", True),
+    (r"\d{10,}", False),
+    (r"a\s+b", False),
+    (r"a\s*b", False),
+    (r"(?P<x>a)(?P=x)", False),
+    (r"(?:a|(?R))", False),
+])
+def test_only_regexes_with_bounded_quantifiers_run_without_a_timeout(source, bounded):
+    assert bounded_per_position(source) is bounded
+
+
+def test_every_unbounded_detector_regex_keeps_its_timeout():
+    det = PatternDetector()
+    det._budget = 0.5
+    patterns = [v for v in vars(det).values() if isinstance(v, regex.Pattern)]
+    unbounded = [p for p in patterns if not bounded_per_position(p.pattern)]
+    assert unbounded and all(det._limit(p) == 0.5 for p in unbounded)
+    assert all(det._limit(p) is None for p in patterns if p not in unbounded)
