@@ -7,8 +7,9 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from text_deid import leak_guard
 from text_deid.detectors.known_identifiers import (B, DATE_SHAPE_RE, E, date_readings, find_known, find_known_many,
-                                                   forms, project)
+                                                   forms, occurs_in_any, project)
 from text_deid.spans import KnownIdentifier
 
 
@@ -90,3 +91,16 @@ def test_texts_searched_together_give_each_text_its_own_spans(cases):
     texts = [text for _, text in cases] + ["", "   "]
     together = find_known_many(texts, known)
     assert together == [find_known(text, known) for text in texts]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(record_and_text(), min_size=1, max_size=4), st.data())
+def test_the_leak_guards_shortcut_finds_nothing_only_where_scan_finds_nothing(cases, data):
+    known = cases[0][0]
+    texts = [text for _, text in cases] + [data.draw(WORD)]
+    assert occurs_in_any(texts, known) == any(find_known_many(texts, known))
+    scanned = data.draw(st.lists(st.sampled_from(texts), max_size=3))  # the record's texts, a subset of those searched
+    if leak_guard.clean(texts, known):
+        assert leak_guard.scan([(f"p{i}", t) for i, t in enumerate(scanned)], known) == []
+    known_with_nul = known + (KnownIdentifier("a\x00b", "NAME"),)
+    assert not leak_guard.clean(texts, known_with_nul)  # no shortcut: a NUL could match across texts

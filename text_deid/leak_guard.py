@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from text_deid.detectors.known_identifiers import find_known_many
+from text_deid.detectors.known_identifiers import find_known_many, occurs_in_any
 from text_deid.spans import KnownIdentifier
 
 
@@ -31,3 +31,15 @@ def scan(strings: Iterable[tuple[str, str]], known: Sequence[KnownIdentifier]) -
             for path in paths_of[text]:
                 leaks.setdefault((path, span.category), Leak(path, span.category))
     return sorted(leaks.values(), key=lambda leak: (leak.path, leak.category))
+
+
+def clean(texts: Sequence[str], known: Sequence[KnownIdentifier]) -> bool:
+    """True when no known identifier occurs in `texts`, so that `scan` finds nothing in any of them either.
+
+    Texts are searched joined by a separator that no form crosses, so more texts never hide an occurrence:
+    a caller may pass a superset of what it would scan, without paths. A value that holds the separator's
+    NUL could match across texts; then there is no shortcut, and the caller scans."""
+    known = tuple(known)
+    if any("\x00" in k.value for k in known):
+        return False
+    return not occurs_in_any(texts, known)

@@ -209,21 +209,32 @@ class KnownMatcher:
         self.candidates = tuple(c for k in known if (c := _candidate(k)) is not None)
         self.days = _known_dates(known)
 
-    def find(self, text: str, detector: str) -> list[Span]:
-        """Every occurrence of every known identifier in `text`."""
+    def _patterns(self, text: str) -> list[tuple[str, re.Pattern]]:
+        """Per category, in category order, the alternation of the forms whose needles `text` holds."""
         projected = project(text)
         by_category: dict[str, set[str]] = {}
         for c in self.candidates:
             if not c.needles or any(n in projected for n in c.needles):
                 by_category.setdefault(c.category, set()).update(c.forms)
+        return [(category, _alternation(tuple(sorted(alternatives, key=lambda a: (-len(a), a)))))
+                for category, alternatives in sorted(by_category.items())]
+
+    def find(self, text: str, detector: str) -> list[Span]:
+        """Every occurrence of every known identifier in `text`."""
         spans = []
-        for category, alternatives in sorted(by_category.items()):
-            pattern = _alternation(tuple(sorted(alternatives, key=lambda a: (-len(a), a))))
+        for category, pattern in self._patterns(text):
             spans.extend(Span(m.start(), m.end(), category, detector, 1.0) for m in pattern.finditer(text) if m.end() > m.start())
         if self.days:
             spans.extend(Span(m.start(), m.end(), "DATE", detector, 1.0)
                          for m in DATE_SHAPE_RE.finditer(text) if date_readings(m) & self.days)
         return spans
+
+    def occurs_in(self, text: str) -> bool:
+        """Whether `find(text)` finds anything; stops at the first occurrence."""
+        for _, pattern in self._patterns(text):
+            if any(m.end() > m.start() for m in pattern.finditer(text)):
+                return True
+        return bool(self.days) and any(date_readings(m) & self.days for m in DATE_SHAPE_RE.finditer(text))
 
 
 @lru_cache(maxsize=256)
@@ -251,6 +262,11 @@ def find_known_many(texts: Sequence[str], known: tuple[KnownIdentifier, ...], de
         i = bisect.bisect_right(starts, span.start) - 1
         found[i].append(Span(span.start - starts[i], span.end - starts[i], span.category, span.detector, span.confidence))
     return found
+
+
+def occurs_in_any(texts: Sequence[str], known: tuple[KnownIdentifier, ...]) -> bool:
+    """Whether `find_known_many(texts, known)` finds anything, in one search that stops at the first occurrence."""
+    return compile_known(known).occurs_in(SEPARATOR.join(texts))
 
 
 class KnownIdentifierDetector:
