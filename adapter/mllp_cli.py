@@ -84,8 +84,9 @@ def mllp(
     workers = (os.cpu_count() or 1) if workers is None else workers
     pool = make_pool(engine, workers)
     try:
-        asyncio.run(_run(engine, listen_at, target, store, pool, max(1, workers), max_message_bytes,
-                         retry_max_delay, dedupe_hours * 3600, audit_hook))
+        with asyncio.Runner(loop_factory=edge.loop_factory()) as runner:
+            runner.run(_run(engine, listen_at, target, store, pool, max(1, workers), max_message_bytes,
+                            retry_max_delay, dedupe_hours * 3600, audit_hook))
     except OSError as e:
         fail(f"cannot listen on {listen}: {e.strerror or e}")
     except sqlite3.Error as e:

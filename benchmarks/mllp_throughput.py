@@ -19,6 +19,7 @@ import asyncio
 import itertools
 import multiprocessing
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -26,15 +27,43 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from adapter.mllp import (FrameDecoder, MllpListener, MllpTarget, build_ack, frame, parse_header,  # noqa: E402
-                          read_ack, serve)
+from adapter.mllp import (FrameDecoder, MllpListener, MllpTarget, build_ack, frame, loop_factory,  # noqa: E402
+                          parse_header, read_ack, serve)
 
 SAMPLES = ROOT.parent / "shared" / "data" / "hl7v2"
 HOST = "127.0.0.1"
+
+
+class CpuUse(NamedTuple):
+    """CPU seconds over one run: the listener process's event loop thread and its other threads (queue and audit
+    commits), its worker processes, and this process (senders and downstream)."""
+
+    loop: float
+    threads: float
+    workers: float
+    bench: float
+
+    @property
+    def listener(self) -> float:
+        return self.loop + self.threads
+
+    @property
+    def service(self) -> float:
+        return self.listener + self.workers
+
+    def __sub__(self, other: "CpuUse") -> "CpuUse":
+        return CpuUse(*(a - b for a, b in zip(self, other)))
+
+
+def run(coroutine):
+    """Run on the event loop the listener uses (uvloop where installed), so echo, edge and end to end compare alike."""
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
+        return runner.run(coroutine)
 
 
 def free_port() -> int:
@@ -117,7 +146,7 @@ def run_echo(port: int) -> None:
         await listener.start(HOST, port)
         await asyncio.Event().wait()
 
-    asyncio.run(main())
+    run(main())
 
 
 async def wait_listening(port: int, timeout: float = 60.0) -> None:
@@ -135,7 +164,7 @@ async def wait_listening(port: int, timeout: float = 60.0) -> None:
 
 def run_edge_only(port: int, downstream_port: int, store: Path) -> None:
     """The whole edge (listener, queue, forwarder) with an identity de-identifier, in this forked process."""
-    asyncio.run(serve(str, (HOST, port), MllpTarget(HOST, downstream_port), store))
+    run(serve(str, (HOST, port), MllpTarget(HOST, downstream_port), store))
 
 
 async def end_to_end(payloads: list[bytes], connections: int, workers: int, key_file: Path, tmp: Path,
@@ -175,12 +204,12 @@ async def end_to_end(payloads: list[bytes], connections: int, workers: int, key_
                                 cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=open(tmp / "listener.log", "wb"))
     try:
         await wait_listening(port)
-        cpu_before = cpu_seconds(proc.pid)
+        before = cpu_use(proc.pid)
         start = time.perf_counter()
         acked = await send_all(port, payloads, connections)
         await asyncio.wait_for(done.wait(), 120)
         delivered = time.perf_counter() - start
-        cpu = cpu_seconds(proc.pid) - cpu_before
+        cpu = cpu_use(proc.pid) - before
     finally:
         if edge_only:
             os.kill(proc.pid, signal.SIGTERM)
@@ -189,17 +218,43 @@ async def end_to_end(payloads: list[bytes], connections: int, workers: int, key_
             proc.send_signal(signal.SIGTERM)
             proc.wait(30)
         server.close()
-    return acked, delivered, cpu
+    return acked, delivered, cpu, (0, 0) if edge_only else commits(tmp / "listener.log")
+
+
+def _ticks(stat_path: str) -> float:
+    stat = Path(stat_path).read_text().rsplit(")", 1)[1].split()
+    return (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def cpu_seconds(pid: int) -> float:
     """CPU time (user + system, every thread) of a process and its children so far, from /proc (0 elsewhere)."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        return _ticks(f"/proc/{pid}/stat") + sum(cpu_seconds(int(c)) for c in children)
     except OSError:
         return 0.0
-    return (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK") + sum(cpu_seconds(int(c)) for c in children)
+
+
+def cpu_use(pid: int) -> CpuUse:
+    """CPU seconds so far of the listener `pid` (its main thread runs the event loop), its children, and this process."""
+    try:
+        process = _ticks(f"/proc/{pid}/stat")
+        loop = _ticks(f"/proc/{pid}/task/{pid}/stat")
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return CpuUse(0.0, 0.0, 0.0, time.process_time())
+    return CpuUse(loop, process - loop, sum(cpu_seconds(int(c)) for c in children), time.process_time())
+
+
+def commits(log: Path) -> tuple[int, int]:
+    """(queue commits, audit commits) from the listener's last log line; (0, 0) when it does not say."""
+    try:
+        last = log.read_text().strip().splitlines()[-1]
+    except (OSError, IndexError):
+        return 0, 0
+    queue = re.search(r"(\d+) queue commits", last)
+    audit = re.search(r"(\d+) audit commits", last)
+    return int(queue.group(1)) if queue else 0, int(audit.group(1)) if audit else 0
 
 
 def engine_rate(messages: list[str], key_file: Path) -> float:
@@ -222,8 +277,8 @@ def measure(name: str, messages: list[str], args, key_file: Path, tmp: Path) -> 
     echo = multiprocessing.get_context("fork").Process(target=run_echo, args=(echo_port,), daemon=True)
     echo.start()
     try:
-        asyncio.run(wait_listening(echo_port))
-        echo_s = asyncio.run(send_all(echo_port, payloads, args.connections))
+        run(wait_listening(echo_port))
+        echo_s = run(send_all(echo_port, payloads, args.connections))
     finally:
         echo.terminate()
         echo.join(10)
@@ -235,20 +290,28 @@ def measure(name: str, messages: list[str], args, key_file: Path, tmp: Path) -> 
 
         init_key_file(tmp / name / "audit.key", "audit")
         audit = ("--audit", str(tmp / name / "audit.sqlite"), "--audit-key-file", str(tmp / name / "audit.key"))
-    acked_s, delivered_s, cpu = asyncio.run(end_to_end(payloads, args.connections, args.workers, key_file,
-                                                       tmp / name, audit=audit))
-    _, edge_s, edge_cpu = asyncio.run(end_to_end(payloads, args.connections, args.workers, key_file, tmp / name,
-                                                 edge_only=True))
+    acked_s, delivered_s, cpu, (queue_commits, audit_commits) = run(end_to_end(
+        payloads, args.connections, args.workers, key_file, tmp / name, audit=audit))
+    _, edge_s, edge_cpu, _ = run(end_to_end(payloads, args.connections, args.workers, key_file, tmp / name,
+                                            edge_only=True))
+    ms = 1000 / n
+    loop_name = "uvloop" if loop_factory() else "asyncio"
     print(f"\n[{name}] {n} messages, mean {size / 1024:.1f} KiB, {args.connections} connections, "
-          f"{os.cpu_count()} CPUs, {args.workers} de-identification workers")
+          f"{os.cpu_count()} CPUs, {args.workers} de-identification workers, {loop_name} event loop, "
+          f"load average {os.getloadavg()[0]:.1f}")
     print(f"  raw MLLP echo (same socket code):      {n / echo_s:8.0f} messages/s")
     print(f"  HL7v2 engine alone, one process:       {engine:8.0f} messages/s")
-    print(f"  edge alone (identity de-identifier):   {n / edge_s:8.0f} messages/s, queued and delivered")
+    print(f"  edge alone (identity de-identifier):   {n / edge_s:8.0f} messages/s, queued and delivered "
+          f"({edge_cpu.service * ms:.2f} ms CPU per message)")
     audited = "on" if args.audit else "off"
     print(f"  end to end, ACKed to senders:          {n / acked_s:8.0f} messages/s (audit trail {audited})")
     print(f"  end to end, delivered downstream:      {n / delivered_s:8.0f} messages/s")
-    print(f"  listener CPU per message:              {cpu / n * 1000:8.2f} ms (listener process and its workers; "
-          f"the edge alone: {edge_cpu / n * 1000:.2f} ms)")
+    print(f"  listener CPU per message:              {cpu.service * ms:8.2f} ms: listener process {cpu.listener * ms:.2f} "
+          f"(event loop {cpu.loop * ms:.2f}, commit threads {cpu.threads * ms:.2f}) + workers {cpu.workers * ms:.2f}")
+    print(f"  benchmark's own CPU per message:       {cpu.bench * ms:8.2f} ms (senders and downstream, same machine)")
+    if queue_commits:
+        print(f"  messages per queue commit:             {n / queue_commits:8.1f}"
+              + (f" (per audit commit: {n / audit_commits:.1f})" if audit_commits else ""))
     print(f"  ratio end to end / echo:               {echo_s / delivered_s:8.3f}")
     print(f"  target >= 1000 messages/s end to end:  {'met' if n / delivered_s >= 1000 else 'NOT met'}")
 

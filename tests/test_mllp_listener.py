@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -516,3 +517,54 @@ def test_every_accepted_and_refused_message_is_audited_before_its_ack(tmp_path):
     assert ops == [("deidentify", "mllp"), ("refuse", "mllp")]
     assert trail.verify().ok
     assert all(r["actor"].startswith("mllp:127.0.0.1:") for r in records)
+
+
+def test_settle_waits_for_the_messages_in_de_identification(tmp_path):
+    """BatchedEngine.settle returns once the messages in flight when it was called are done (bounded by its timeout)."""
+    import threading
+
+    release = threading.Event()
+
+    def slow(text: str) -> str:
+        release.wait(10)
+        return fake_deidentify(text)
+
+    async def scenario():
+        engine = mllp.BatchedEngine(slow, None, slots=1)
+        first = asyncio.ensure_future(engine(adt("S-1")))
+        second = asyncio.ensure_future(engine(adt("S-2")))  # waits for the one slot
+        await asyncio.sleep(0)
+        await engine.settle(0.05)  # nothing done yet: returns at its timeout
+        timed_out = not first.done() and not second.done()
+        asyncio.get_running_loop().call_later(0.05, release.set)
+        await engine.settle(10)
+        return timed_out, first.done(), second.done(), await first
+
+    timed_out, first_done, second_done, out = run(scenario())
+    assert timed_out and first_done and "XXXX^XXXX" in out
+    assert second_done  # it was waiting for a worker when settle began, so settle waited for it too
+
+
+def test_the_listener_runs_on_uvloop_where_installed_and_on_asyncio_without(tmp_path, monkeypatch):
+    """`deid-adapter mllp` takes uvloop's event loop when it is installed; without it, asyncio's (None)."""
+    pytest.importorskip("uvloop")
+    import uvloop
+
+    factory = mllp.loop_factory()
+    assert factory is uvloop.new_event_loop
+
+    async def scenario():
+        receiver = await IdempotentReceiver().start()
+        async with running_service(tmp_path / "q.sqlite", mllp.MllpTarget(HOST, receiver.port)) as port:
+            s = MllpSender(port)
+            codes = [await s.send(adt(f"U-{n}")) for n in range(20)]
+            await wait_for(lambda: len(receiver.order) == 20)
+            await s.close()
+        await receiver.stop()
+        return type(asyncio.get_running_loop()), codes, receiver.order
+
+    with asyncio.Runner(loop_factory=factory) as runner:
+        loop_type, codes, order = runner.run(asyncio.wait_for(scenario(), 60))
+    assert loop_type is uvloop.Loop and codes == ["AA"] * 20 and order == [f"U-{n}" for n in range(20)]
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # as if not installed: the import fails
+    assert mllp.loop_factory() is None

@@ -61,3 +61,40 @@ def test_concurrent_enqueues_share_commits(tmp_path):
     assert sum(results) == 300 and counts["queued"] == 300
     db = sqlite3.connect(tmp_path / "q.sqlite")
     assert [r[0] for r in db.execute("SELECT control_id FROM queue ORDER BY id LIMIT 3")] == ["C0", "C1", "C2"]
+
+
+def test_items_submitted_while_the_commit_lingers_join_its_batch(tmp_path):
+    """A lingering group commit writes the items that arrive during its wait in the same batch."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from adapter.mllp_store import GroupCommit
+
+    batches: list[list[int]] = []
+
+    def write(items):
+        batches.append(list(items))
+        return [f"ok {i}" for i in items]
+
+    async def run():
+        arrived = asyncio.Event()
+        lingered = []
+
+        async def linger():
+            lingered.append(True)
+            await asyncio.wait_for(arrived.wait(), 10)
+
+        with ThreadPoolExecutor(1) as thread:
+            commit = GroupCommit(write, thread, linger=linger)
+            first = asyncio.ensure_future(commit.submit(1))
+            await asyncio.sleep(0.05)  # the batch writer has started and is lingering
+            assert not batches
+            later = [asyncio.ensure_future(commit.submit(n)) for n in (2, 3)]
+            await asyncio.sleep(0)
+            arrived.set()
+            results = await asyncio.gather(first, *later)
+            await commit.drain()
+        return results, lingered
+
+    results, lingered = asyncio.run(run())
+    assert batches == [[1, 2, 3]] and results == ["ok 1", "ok 2", "ok 3"]
+    assert lingered == [True]
