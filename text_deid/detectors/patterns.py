@@ -284,7 +284,7 @@ def vin_check_digit_ok(vin: str) -> bool:
 
 
 def _digits(s: str) -> str:
-    return "".join(c for c in s if c.isdigit())
+    return "".join(filter(str.isdigit, s))
 
 
 class PatternDetector:
@@ -374,17 +374,17 @@ class PatternDetector:
         out: list[Span] = []
         # ASCII digits in the text (any count where it holds other characters: \d also matches those)
         digits = sum(map(text.count, "0123456789")) if text.isascii() else len(text)
-        for stage, fn, min_digits in self._stages:
-            if digits < min_digits:
-                continue  # no match of this stage can fit in so few digits
-            try:
-                out.extend(fn(text))
-            except DetectorError:
-                raise
-            except TimeoutError:
-                raise DetectorError(f"patterns: regex timeout in stage {stage}") from None
-            except Exception as exc:  # noqa: BLE001 - fail closed, message without input text
-                raise DetectorError(f"patterns: {type(exc).__name__} in stage {stage}") from None
+        stage = ""
+        try:
+            for stage, fn, min_digits in self._stages:
+                if digits >= min_digits:  # else no match of this stage fits in so few digits
+                    out.extend(fn(text))
+        except DetectorError:
+            raise
+        except TimeoutError:
+            raise DetectorError(f"patterns: regex timeout in stage {stage}") from None
+        except Exception as exc:  # noqa: BLE001 - fail closed, message without input text
+            raise DetectorError(f"patterns: {type(exc).__name__} in stage {stage}") from None
         n = len(text)
         for s in out:
             if not (0 <= s.start < s.end <= n):
@@ -515,12 +515,13 @@ class PatternDetector:
         digits = _digits(val)
         if not digits:
             return None
-        alnum = sum(c.isalnum() for c in val)
+        alnum = len(val) - val.count("-") - val.count("/") - val.count(".")  # `val` allows no other separator
         if len(digits) == alnum and len(digits) < 4:
             return None  # identifiers of 3 digits or fewer are not PHI
         if alnum < 4:
             return None
-        key = next(k for k in _LABEL_CATEGORY if m.group(k))
+        groups = m.groupdict()
+        key = next(k for k in _LABEL_CATEGORY if groups[k])
         cat = _LABEL_CATEGORY[key]
         conf = 0.9
         if key == "uid":
