@@ -24,6 +24,16 @@ def test_order_dedupe_and_reopen(tmp_path):
     assert store.enqueue_many([item(9)]) == [True]
 
 
+def test_a_batch_with_a_resend_queues_only_the_new_messages_once(tmp_path):
+    """The two-statement path of a batch without resends is rolled back for one with a resend: nothing twice."""
+    store = Store(tmp_path / "q.sqlite")
+    assert store.enqueue_many([item(1), item(2)]) == [True, True]
+    assert store.enqueue_many([item(3), item(2), item(4), item(5, "OTHER|X")]) == [True, False, True, True]
+    assert store.enqueue_many([item(6), item(7)]) == [True, True]
+    assert [q.control_id for q in store.pending()] == ["C1", "C2", "C3", "C4", "C5", "C6", "C7"]
+    assert store.db.execute("SELECT count(*) FROM received").fetchone()[0] == 7
+
+
 def test_empty_control_id_is_never_a_duplicate(tmp_path):
     store = Store(tmp_path / "q.sqlite")
     blank = Incoming("LAB|NORTH", "", "", "utf-8", b"MSH|")
