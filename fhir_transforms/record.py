@@ -20,7 +20,7 @@ from fhir_transforms.errors import DetectorFailed, InputError, RecordRefused
 from fhir_transforms.methods import TEXT_CONTENT_TYPES
 from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.rules import Profile
-from fhir_transforms.walker import RecordContext, stamp_all, walk_resource
+from fhir_transforms.walker import RecordContext, WrittenSlots, stamp_all, walk_resource
 from text_deid import leak_guard, replace
 from text_deid.spans import DetectorError, KnownIdentifier, Span
 from text_deid.stack import TextStack
@@ -105,9 +105,9 @@ class Deidentifier:
             i += n
         stamp_all(ctx)
 
-        # Most records hold no surviving identifier: search the output's distinct strings without paths
-        # first (the engine's generated values included), and work out paths only when something is found.
-        leaks = [] if leak_guard.clean(output_texts(doc), known) else leak_guard.scan(
+        # Most records hold no surviving identifier: search the output's distinct texts first, and work out
+        # their paths only when something is found.
+        leaks = [] if leak_guard.clean(output_texts(doc, ctx.generated), known) else leak_guard.scan(
             output_strings(doc, ctx.generated, path), known)
         if leaks:
             shown = "; ".join(str(leak) for leak in leaks[:5])
@@ -155,49 +155,25 @@ def iter_resources(doc: dict) -> Iterator[dict]:
             yield from iter_resources(entry["resource"])
 
 
-def output_strings(node, generated: set[str], path: str) -> list[tuple[str, str]]:
-    """Every string of the output the leak guard must read: XHTML as text, text attachments decoded."""
+def output_strings(node, generated: WrittenSlots, path: str) -> list[tuple[str, str]]:
+    """Every string of the output the leak guard must read, with its path: XHTML as text, text attachments
+    decoded; the values the engine wrote itself are not read."""
     found: list[tuple[str, str]] = []
     _collect_strings(node, generated, path, found)
     return found
 
 
-def output_texts(node) -> list[str]:
-    """The distinct strings `output_strings` reads, without their paths, and the generated values it skips."""
+def output_texts(node, generated: WrittenSlots) -> list[str]:
+    """The distinct texts of `output_strings`, in the same order, without their paths."""
     found: dict[str, None] = {}
-    _collect_texts(node, found)
+    _collect_texts(node, generated, found)
     return list(found)
 
 
-def _collect_texts(node, found: dict) -> None:
-    # output_strings' walk without paths: it runs on every record; output_strings only where this finds something
-    if type(node) is dict:
-        for k, v in node.items():
-            if k in SKIP_KEYS:
-                continue
-            t = type(v)
-            if t is str:
-                if k == "div":
-                    found[html.unescape(TAG_RE.sub(" ", v))] = None
-                    found[" ".join(ATTRIBUTE_RE.findall(v))] = None
-                elif k == "data" and str(node.get("contentType", "")).lower().startswith(TEXT_CONTENT_TYPES):
-                    found[base64.b64decode(v).decode("utf-8", "replace")] = None
-                else:
-                    found[v] = None
-            elif t is dict or t is list:
-                _collect_texts(v, found)
-    else:
-        for v in node:
-            t = type(v)
-            if t is str:
-                found[v] = None
-            elif t is dict or t is list:
-                _collect_texts(v, found)
-
-
-def _collect_strings(node, generated: set[str], path: str, found: list) -> None:
+def _collect_strings(node, generated: WrittenSlots, path: str, found: list) -> None:
     # a plain recursive walk (no generators): it visits every value of every record
     is_dict = type(node) is dict
+    written = generated.of(node) or ()
     items = node.items() if is_dict else enumerate(node)
     for k, v in items:
         if is_dict and k in SKIP_KEYS:
@@ -212,5 +188,33 @@ def _collect_strings(node, generated: set[str], path: str, found: list) -> None:
                 found.append((sub, " ".join(ATTRIBUTE_RE.findall(v))))  # attribute values the text stack did not read
             elif is_dict and k == "data" and str(node.get("contentType", "")).lower().startswith(TEXT_CONTENT_TYPES):
                 found.append((sub, base64.b64decode(v).decode("utf-8", "replace")))
-            elif sub not in generated:
+            elif k not in written:
                 found.append((sub, v))
+
+
+def _collect_texts(node, generated: WrittenSlots, found: dict) -> None:
+    # _collect_strings without paths: this one runs on every record, _collect_strings only where it finds something
+    written = generated.of(node)
+    if type(node) is dict:
+        for k, v in node.items():
+            if k in SKIP_KEYS:
+                continue
+            t = type(v)
+            if t is str:
+                if k == "div":
+                    found[html.unescape(TAG_RE.sub(" ", v))] = None
+                    found[" ".join(ATTRIBUTE_RE.findall(v))] = None
+                elif k == "data" and str(node.get("contentType", "")).lower().startswith(TEXT_CONTENT_TYPES):
+                    found[base64.b64decode(v).decode("utf-8", "replace")] = None
+                elif written is None or k not in written:
+                    found[v] = None
+            elif t is dict or t is list:
+                _collect_texts(v, generated, found)
+    else:
+        for i, v in enumerate(node):
+            t = type(v)
+            if t is str:
+                if written is None or i not in written:
+                    found[v] = None
+            elif t is dict or t is list:
+                _collect_texts(v, generated, found)

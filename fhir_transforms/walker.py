@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import date
-from typing import Callable
+from types import MappingProxyType
+from typing import Callable, Mapping
 
 from fhir_transforms import references
 from fhir_transforms.errors import InputError, RecordRefused
@@ -25,6 +26,7 @@ SECURITY_SYSTEM = "http://terminology.hl7.org/CodeSystem/v3-ObservationValue"
 KEY_TAG_SYSTEM = "http://deid-adapter.org/fhir/CodeSystem/key-id"
 PROFILE_TAG_SYSTEM = "http://deid-adapter.org/fhir/CodeSystem/deid-profile"
 PATIENT_LINKS = ("subject", "patient", "beneficiary")
+NO_OPTIONS: Mapping = MappingProxyType({})
 
 
 @dataclass
@@ -33,6 +35,27 @@ class PendingText:
     write: Callable[[object], None]
     path: str
     labels: set[str]  # the owning resource's security labels: MASKED is added if a span is replaced
+
+
+class WrittenSlots:
+    """Where the engine wrote a value itself (a pseudonym, a year, a label): the leak guard does not read
+    them. A slot is a container of the output and a key or index in it; the containers are held here, so
+    no other object can take their ids while the record is made."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[int, tuple[object, set]] = {}
+
+    def add(self, container, slot) -> None:
+        entry = self._by_id.get(id(container))
+        if entry is None:
+            self._by_id[id(container)] = (container, {slot})
+        else:
+            entry[1].add(slot)
+
+    def of(self, container) -> set | None:
+        """The written slots of `container` (a dict or list of the output), or None."""
+        entry = self._by_id.get(id(container))
+        return entry[1] if entry is not None else None
 
 
 @dataclass
@@ -44,9 +67,9 @@ class RecordContext:
     clock: Callable[[], date]
     single_patient: str | None = None
     pending: list[PendingText] = field(default_factory=list)
-    generated: set[str] = field(default_factory=set)  # JSON paths of values the engine wrote itself
+    generated: WrittenSlots = field(default_factory=WrittenSlots)  # values the engine wrote itself
     known: set = field(default_factory=set)  # KnownIdentifiers found by the rule methods
-    walked: list = field(default_factory=list)  # (resource, ResourceState, path), stamped once text is replaced
+    walked: list = field(default_factory=list)  # (resource, ResourceState), stamped once text is replaced
 
 
 @dataclass
@@ -56,19 +79,26 @@ class ResourceState:
     labels: set[str]
 
 
-@dataclass
 class Site:
     """Where a method is applied: the element, its owner and parent node, its path, and the record context."""
 
-    ctx: RecordContext
-    res: ResourceState
-    parent: dict
-    owner: str
-    element: Element
-    path: str  # JSON path, e.g. Bundle.entry[3].resource.birthDate
-    fpath: str  # FHIR path without indices, e.g. Patient.birthDate
-    pending_extensions: list = field(default_factory=list)
-    options: dict = field(default_factory=dict)  # the rule's settings beyond its method
+    # a plain class with slots: one is made for every value a rule transforms
+    __slots__ = ("ctx", "res", "parent", "owner", "element", "path", "fpath", "container", "slot",
+                 "pending_extensions", "options")
+
+    def __init__(self, ctx: RecordContext, res: ResourceState, parent: dict, owner: str, element: Element,
+                 path: str, fpath: str, container, slot, options: Mapping = NO_OPTIONS):
+        self.ctx = ctx
+        self.res = res
+        self.parent = parent
+        self.owner = owner
+        self.element = element
+        self.path = path  # JSON path, e.g. Bundle.entry[3].resource.birthDate
+        self.fpath = fpath  # FHIR path without indices, e.g. Patient.birthDate
+        self.container = container  # where the result goes: the parent (slot: the key) or the output list (slot: the index)
+        self.slot = slot
+        self.pending_extensions: list = []
+        self.options = options  # the rule's settings beyond its method
 
     @property
     def pseudo(self) -> Pseudonymizer:
@@ -90,7 +120,7 @@ class Site:
             self.ctx.known.add(KnownIdentifier(value, category))
 
     def generated(self) -> None:
-        self.ctx.generated.add(self.path)
+        self.ctx.generated.add(self.container, self.slot)
 
     def day_offset(self) -> int:
         return self.ctx.pseudo.day_offset(self.res.patient_id)
@@ -121,13 +151,13 @@ def walk_resource(res: dict, path: str, ctx: RecordContext) -> None:
         raise InputError(f"{path}: resourceType is missing or not an R4 resource type known to the R4B models")
     state = ResourceState(rtype, _patient_of(res, ctx), set())
     _walk_complex(res, _plan(ctx.profile, rtype, rtype, True), path, ctx, state)
-    ctx.walked.append((res, state, path))
+    ctx.walked.append((res, state))
 
 
 def stamp_all(ctx: RecordContext) -> None:
     """After text replacement: label every walked resource with what was changed in it."""
-    for res, state, path in ctx.walked:
-        _stamp(res, state, ctx, path)
+    for res, state in ctx.walked:
+        _stamp(res, state, ctx)
 
 
 def _patient_of(res: dict, ctx: RecordContext) -> str:
@@ -151,11 +181,23 @@ class _Step:
     element: Element
     rule: Rule | None
     fpath: str
-    kept_as: tuple[type, ...] = ()  # a primitive the rules keep unchanged: the JSON types it may have
-    walk_into: bool = False  # a complex datatype without a rule of its own (extensions excepted: allow-list)
+    shape: tuple[type, ...]  # the JSON types FHIR's JSON format gives the element's values
+    kept_as: tuple[type, ...] = ()  # a single primitive the rules keep unchanged: the JSON types it may have
+    kept_items: tuple[type, ...] = ()  # the same for a list of primitives
+    walk_into: tuple | None = None  # a complex datatype without a rule of its own: the key of its plan
+    single_rule: bool = False  # a single value a rule transforms (extensions excepted: allow-list first)
 
 
-JSON_TYPES = {"boolean": (bool,), **{t: (int, float) for t in NUMBER_TYPES}}
+def _shape(type_name: str) -> tuple[type, ...]:
+    """The JSON types FHIR's JSON format gives each kind of element. The walker compares exact types: the
+    record is a marshal copy, which holds only the built-in types (and bool is not one of the numbers)."""
+    if type_name not in PRIMITIVE_TYPES:
+        return (dict,)
+    if type_name == "boolean":
+        return (bool,)
+    if type_name in NUMBER_TYPES:
+        return (int, float)
+    return (str,)
 
 
 def _plan(profile: Profile, type_name: str, fpath: str, is_resource: bool) -> dict[str, _Step]:
@@ -169,12 +211,16 @@ def _plan(profile: Profile, type_name: str, fpath: str, is_resource: bool) -> di
             rule = profile.lookup(sub_fpath, type_name, is_resource, el.name, el.type)
             kept = el.type in PRIMITIVE_TYPES and (rule or profile.default_primitive).method == "keep"
             walk_into = rule is None and el.type not in PRIMITIVE_TYPES and el.type not in ("Resource", "Extension")
-            plan[key] = _Step(type_name, el, rule, sub_fpath, JSON_TYPES.get(el.type, (str,)) if kept else (), walk_into)
+            shape = _shape(el.type)
+            plan[key] = _Step(type_name, el, rule, sub_fpath, shape, shape if kept and not el.is_list else (),
+                              shape if kept and el.is_list else (), (el.type, sub_fpath, False) if walk_into else None,
+                              rule is not None and not el.is_list and el.type != "Extension")
         profile.plans[cache_key] = plan
     return plan
 
 
 def _walk_complex(node: dict, plan: dict[str, _Step], path: str, ctx: RecordContext, state: ResourceState) -> None:
+    plans = ctx.profile.plans
     for key in list(node):
         step = plan.get(key)
         if step is None:
@@ -183,71 +229,90 @@ def _walk_complex(node: dict, plan: dict[str, _Step], path: str, ctx: RecordCont
                 state.labels.add("REDACTED")
             continue
         value = node[key]
-        if step.kept_as and _keeps(value, step):
-            continue  # most primitives (codes, units, values) stay as they are: nothing to rewrite
+        # most primitives (codes, units, values) stay as they are: nothing to rewrite
+        if type(value) in step.kept_as or (step.kept_items and _all_kept(value, step.kept_items)):
+            continue
         if step.walk_into and type(value) is dict and not step.element.is_list:  # the commonest complex case
-            _walk_complex(value, _plan(ctx.profile, step.element.type, step.fpath, False), f"{path}.{key}", ctx, state)
+            _walk_complex(value, plans.get(step.walk_into) or _plan(ctx.profile, *step.walk_into), f"{path}.{key}", ctx, state)
             if not value:
                 del node[key]
-            continue
-        _walk_values(node, key, step, path, ctx, state)
+        elif step.single_rule and type(value) in step.shape:  # a reference, a date, a text, ...
+            sub_path = f"{path}.{key}"
+            result = _transform(node, key, value, step, sub_path, node, key, ctx, state)
+            if result is REMOVE:
+                del node[key]
+            elif type(result) is TextRef:
+                ctx.pending.append(PendingText(result, _key_writer(node, key), sub_path, state.labels))
+            else:
+                node[key] = result
+        else:
+            _walk_values(node, key, step, path, ctx, state)
 
 
-def _keeps(value, step: _Step) -> bool:
-    """A kept primitive in the JSON shape FHIR gives it (anything else takes the general path and its checks)."""
-    if step.element.is_list:
-        return type(value) is list and bool(value) and all(v is None or type(v) in step.kept_as for v in value)
-    return type(value) in step.kept_as
+def _all_kept(value, kept_items: tuple[type, ...]) -> bool:
+    """A list of kept primitives in the JSON shape FHIR gives them (anything else takes the general path and its checks)."""
+    return type(value) is list and bool(value) and all(v is None or type(v) in kept_items for v in value)
 
 
 def _walk_values(node: dict, key: str, step: _Step, path: str, ctx: RecordContext, state: ResourceState) -> None:
     el, profile = step.element, ctx.profile
     sub_path = f"{path}.{key}"
-    values = node[key] if isinstance(node[key], list) else [node[key]]
+    values = node[key] if type(node[key]) is list else [node[key]]
     if key == "modifierExtension":
         _check_modifiers(values, profile, sub_path)
     if el.type == "Extension":
-        allowed = [v for v in values if isinstance(v, dict) and v.get("url") in profile.extension_allow]
+        allowed = [v for v in values if type(v) is dict and v.get("url") in profile.extension_allow]
         if len(allowed) != len(values):
             state.labels.add("REDACTED")
         values = allowed
     out: list = []
+    is_list = el.is_list
     for value in values:
         # the index it will have in the output (generated-value paths must match the output the guard reads)
-        item_path = f"{sub_path}[{len(out)}]" if el.is_list else sub_path
+        item_path = f"{sub_path}[{len(out)}]" if is_list else sub_path
         if step.walk_into and type(value) is dict:  # a datatype no rule names: only its elements have rules
-            _walk_complex(value, _plan(profile, el.type, step.fpath, False), item_path, ctx, state)
-            result = value
-        else:
-            site = Site(ctx, state, node, step.owner, el, item_path, step.fpath)
-            result = _apply(value, step.rule, site)
-            if site.pending_extensions:
-                _add_extensions(node, "_" + key, site.pending_extensions)
-        if result is REMOVE or result == {}:  # an element left empty by the rules is dropped
+            _walk_complex(value, profile.plans.get(step.walk_into) or _plan(profile, *step.walk_into), item_path, ctx, state)
+            if value:  # an element left empty by the rules is dropped
+                out.append(value)
             continue
-        if isinstance(result, TextRef):
+        container, slot = (out, len(out)) if is_list else (node, key)
+        result = _transform(node, key, value, step, item_path, container, slot, ctx, state)
+        if result is REMOVE:
+            continue
+        if type(result) is TextRef:
             index = len(out)
             out.append(value)
-            ctx.pending.append(PendingText(result, _writer(node, key, out, index, el.is_list), item_path, state.labels))
+            write = _item_writer(out, index) if is_list else _key_writer(node, key)
+            ctx.pending.append(PendingText(result, write, item_path, state.labels))
         else:
             out.append(result)
     if out:
-        node[key] = out if el.is_list else out[0]
+        node[key] = out if is_list else out[0]
     else:
         del node[key]
 
 
-def _apply(value, rule: Rule | None, site: Site):
-    el = site.element
+def _transform(node: dict, key: str, value, step: _Step, path: str, container, slot, ctx: RecordContext,
+               state: ResourceState):
+    """One value through its rule (or its type's): the new value, a TextRef, or REMOVE (also for an emptied element)."""
+    site = Site(ctx, state, node, step.owner, step.element, path, step.fpath, container, slot,
+                step.rule.options if step.rule is not None else NO_OPTIONS)
+    result = _apply(value, step, site)
+    if site.pending_extensions:
+        _add_extensions(node, "_" + key, site.pending_extensions)
+    return REMOVE if result == {} else result
+
+
+def _apply(value, step: _Step, site: Site):
+    el, rule = step.element, step.rule
     if value is None:
         if not el.is_list:
             raise InputError(f"{site.path}: null is not a FHIR value")
         return None  # a null in a list only aligns primitive extensions (`_given: [null, {...}]`)
-    if not _has_json_shape(value, el.type):
+    if type(value) not in step.shape:
         # only reachable without validation: a wrong JSON shape is bad input, never passed through
         raise InputError(f"{site.path}: expected {'a value' if el.type in PRIMITIVE_TYPES else 'an object'} of type {el.type}")
     if rule is not None:
-        site.options = rule.options
         try:
             return METHODS[rule.method](value, site)
         except ValueError as e:  # e.g. a malformed date; messages never quote the value
@@ -255,33 +320,23 @@ def _apply(value, rule: Rule | None, site: Site):
                 raise
             raise InputError(f"{site.path}: {e}") from None
     if el.type == "Resource":
-        if not isinstance(value, dict):
-            raise InputError(f"{site.path}: a resource must be a JSON object")
         walk_resource(value, site.path, site.ctx)
         return value
-    if isinstance(value, dict):
+    if type(value) is dict:
         _walk_complex(value, _plan(site.ctx.profile, el.type, site.fpath, False), site.path, site.ctx, site.res)
         return value
     return METHODS[site.ctx.profile.default_primitive.method](value, site)
 
 
-def _has_json_shape(value, type_name: str) -> bool:
-    """The JSON type FHIR's JSON format gives each kind of element."""
-    if type_name not in PRIMITIVE_TYPES:
-        return isinstance(value, dict)
-    if type_name == "boolean":
-        return isinstance(value, bool)
-    if type_name in NUMBER_TYPES:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    return isinstance(value, str)
-
-
-def _writer(node: dict, key: str, out: list, index: int, is_list: bool) -> Callable[[object], None]:
+def _key_writer(node: dict, key: str) -> Callable[[object], None]:
     def write(new_value) -> None:
-        if is_list:
-            out[index] = new_value
-        else:
-            node[key] = new_value
+        node[key] = new_value
+    return write
+
+
+def _item_writer(out: list, index: int) -> Callable[[object], None]:
+    def write(new_value) -> None:
+        out[index] = new_value
     return write
 
 
@@ -297,7 +352,7 @@ def _add_extensions(node: dict, key: str, extensions: list[dict]) -> None:
     holder.setdefault("extension", []).extend(extensions)
 
 
-def _stamp(res: dict, state: ResourceState, ctx: RecordContext, path: str) -> None:
+def _stamp(res: dict, state: ResourceState, ctx: RecordContext) -> None:
     """meta.security labels for what was changed, and tags naming the key id and profile.
 
     The codes the engine adds are marked generated: a patient named "Masked" or "Harbor" is not a leak there."""
@@ -306,12 +361,14 @@ def _stamp(res: dict, state: ResourceState, ctx: RecordContext, path: str) -> No
     present = {(c.get("system"), c.get("code")) for c in security}
     for code in sorted(state.labels):
         if (SECURITY_SYSTEM, code) not in present:
-            ctx.generated.add(f"{path}.meta.security[{len(security)}].code")
-            security.append({"system": SECURITY_SYSTEM, "code": code})
+            label = {"system": SECURITY_SYSTEM, "code": code}
+            ctx.generated.add(label, "code")
+            security.append(label)
     if not security:
         del meta["security"]
     tags = meta.setdefault("tag", [])
     for system, code in ((KEY_TAG_SYSTEM, ctx.pseudo.key_id),
                          (PROFILE_TAG_SYSTEM, f"{ctx.profile.name}@{ctx.profile.version}")):
-        ctx.generated.add(f"{path}.meta.tag[{len(tags)}].code")
-        tags.append({"system": system, "code": code})
+        tag = {"system": system, "code": code}
+        ctx.generated.add(tag, "code")
+        tags.append(tag)

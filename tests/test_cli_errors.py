@@ -9,7 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from adapter.cli import app
-from tests.conftest import run_cli, write_key
+from fhir_transforms.errors import RecordRefused
+from tests.conftest import make_engine, run_cli, write_key
 
 PATIENT = {"resourceType": "Patient", "id": "p-zyx", "name": [{"family": "Zyxwortel", "given": ["Quillan"]}],
            "birthDate": "1971-04-05", "telecom": [{"system": "phone", "value": "612-555-0111"}]}
@@ -73,6 +74,21 @@ def test_leak_guard_refuses_a_surviving_known_identifier_naming_category_and_pat
     assert "leak guard" in proc.stderr and "NAME at" in proc.stderr and "maritalStatus.coding[0].display" in proc.stderr
     assert "Zyxwortel" not in proc.stderr
     assert not (tmp_path / "o.json").exists()
+
+
+@pytest.mark.parametrize("validate", [True, False])
+def test_the_leak_guard_reads_every_value_but_those_the_engine_wrote(test_key, validate):
+    # The engine writes "MASKED"/"REDACTED" labels, a "safe-harbor@..." tag, pseudonyms and years: a patient
+    # named "Harbor Masked" must not stop the record there, and the same name in a kept element must stop it.
+    engine = make_engine(test_key, validate=validate)
+    named = dict(PATIENT, id="harbor", name=[{"family": "Masked", "given": ["Harbor"]}],
+                 text={"status": "generated", "div": '<div xmlns="http://www.w3.org/1999/xhtml">Harbor Masked</div>'})
+    out = engine.deidentify(named).resource
+    assert {"MASKED", "REDACTED"} <= {c["code"] for c in out["meta"]["security"]}
+    assert any(t["code"].startswith("safe-harbor@") for t in out["meta"]["tag"])
+    kept = dict(named, contact=[{"relationship": [{"coding": [{"system": "http://example.org", "code": "Harbor"}]}]}])
+    with pytest.raises(RecordRefused, match=r"NAME at Patient\.contact\[0\]\.relationship\[0\]\.coding\[0\]\.code"):
+        engine.deidentify(kept)
 
 
 class ExplodingDetector:

@@ -95,12 +95,10 @@ def test_texts_searched_together_give_each_text_its_own_spans(cases):
 
 @settings(max_examples=100, deadline=None)
 @given(st.lists(record_and_text(), min_size=1, max_size=4), st.data())
-def test_the_leak_guards_shortcut_finds_nothing_only_where_scan_finds_nothing(cases, data):
+def test_the_leak_guard_is_clean_exactly_where_scan_finds_nothing(cases, data):
     known = cases[0][0]
-    texts = [text for _, text in cases] + [data.draw(WORD)]
+    texts = [text for _, text in cases] + [data.draw(WORD), data.draw(DIGITS)]
     assert occurs_in_any(texts, known) == any(find_known_many(texts, known))
-    scanned = data.draw(st.lists(st.sampled_from(texts), max_size=3))  # the record's texts, a subset of those searched
-    if leak_guard.clean(texts, known):
-        assert leak_guard.scan([(f"p{i}", t) for i, t in enumerate(scanned)], known) == []
-    known_with_nul = known + (KnownIdentifier("a\x00b", "NAME"),)
-    assert not leak_guard.clean(texts, known_with_nul)  # no shortcut: a NUL could match across texts
+    pairs = [(f"p{i}", t) for i, t in enumerate(data.draw(st.lists(st.sampled_from(texts), min_size=1, max_size=6)))]
+    distinct = list(dict.fromkeys(t for _, t in pairs))
+    assert leak_guard.clean(distinct, known) == (leak_guard.scan(pairs, known) == [])

@@ -34,12 +34,6 @@ def scan(strings: Iterable[tuple[str, str]], known: Sequence[KnownIdentifier]) -
 
 
 def clean(texts: Sequence[str], known: Sequence[KnownIdentifier]) -> bool:
-    """True when no known identifier occurs in `texts`, so that `scan` finds nothing in any of them either.
-
-    Texts are searched joined by a separator that no form crosses, so more texts never hide an occurrence:
-    a caller may pass a superset of what it would scan, without paths. A value that holds the separator's
-    NUL could match across texts; then there is no shortcut, and the caller scans."""
-    known = tuple(known)
-    if any("\x00" in k.value for k in known):
-        return False
-    return not occurs_in_any(texts, known)
+    """True when no known identifier occurs in `texts`: `scan` of the (path, text) pairs that hold exactly
+    these distinct texts, in this order, finds nothing. Paths are worth working out only when this is False."""
+    return not occurs_in_any(list(texts), tuple(known))
