@@ -75,7 +75,7 @@ def pseudonym(value, site: Site):
     elif site.element.name == "ifNoneExist":
         result = references.rewrite_query(value, pseudo)
     elif site.element.name in REFERENCE_ELEMENTS:
-        result = references.rewrite(value, pseudo)
+        result = site.rewrite_reference(value)
     else:  # an identifier kept as a plain string (Coverage.subscriberId, ...), namespaced by its path
         site.record_known(value, site.options.get("category", "UNIQUE_IDENTIFIER"))
         result = pseudo.token("value|" + site.fpath, value)

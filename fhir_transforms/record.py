@@ -83,7 +83,8 @@ class Deidentifier:
         ctx.known.update(known_ids.collect(members))
         ctx.known.update(linked)
         walk_resource(doc, path, ctx)
-        known = tuple(sorted(k for k in ctx.known if len(k.value.strip()) >= 2))
+        # sorted by (value, category) as the dataclass orders them, without its generated __lt__
+        known = tuple(sorted((k for k in ctx.known if len(k.value.strip()) >= 2), key=_known_order))
 
         texts = [t for p in ctx.pending for t in p.ref.texts]
         timings: dict[str, float] = {}
@@ -100,7 +101,7 @@ class Deidentifier:
                 findings.extend(Finding(pending.path, s) for s in found)
                 if found:
                     pending.labels.add("MASKED")
-                replaced.append(replace.apply(text, found))
+                replaced.append(replace.apply(text, found) if found else text)
             pending.write(pending.ref.build(replaced))
             i += n
         stamp_all(ctx)
@@ -118,6 +119,10 @@ class Deidentifier:
             except InputError as e:
                 raise RecordRefused(f"output failed validation (a bug; nothing written): {e}") from None
         return RecordResult(doc, findings, len(texts), timings, known)
+
+
+def _known_order(k: KnownIdentifier) -> tuple[str, str]:
+    return k.value, k.category
 
 
 def _copy(resource: dict) -> dict:
@@ -159,28 +164,28 @@ def output_strings(node, generated: WrittenSlots, path: str) -> list[tuple[str, 
     """Every string of the output the leak guard must read, with its path: XHTML as text, text attachments
     decoded; the values the engine wrote itself are not read."""
     found: list[tuple[str, str]] = []
-    _collect_strings(node, generated, path, found)
+    _collect_strings(node, generated.by_id, path, found)
     return found
 
 
 def output_texts(node, generated: WrittenSlots) -> list[str]:
     """The distinct texts of `output_strings`, in the same order, without their paths."""
     found: dict[str, None] = {}
-    _collect_texts(node, generated, found)
+    _collect_texts(node, generated.by_id, found)
     return list(found)
 
 
-def _collect_strings(node, generated: WrittenSlots, path: str, found: list) -> None:
+def _collect_strings(node, written_in: dict[int, set], path: str, found: list) -> None:
     # a plain recursive walk (no generators): it visits every value of every record
     is_dict = type(node) is dict
-    written = generated.of(node) or ()
+    written = written_in.get(id(node), ())
     items = node.items() if is_dict else enumerate(node)
     for k, v in items:
         if is_dict and k in SKIP_KEYS:
             continue
         t = type(v)
         if t is dict or t is list:
-            _collect_strings(v, generated, f"{path}.{k}" if is_dict else f"{path}[{k}]", found)
+            _collect_strings(v, written_in, f"{path}.{k}" if is_dict else f"{path}[{k}]", found)
         elif t is str:
             sub = f"{path}.{k}" if is_dict else f"{path}[{k}]"
             if is_dict and k == "div":
@@ -192,9 +197,9 @@ def _collect_strings(node, generated: WrittenSlots, path: str, found: list) -> N
                 found.append((sub, v))
 
 
-def _collect_texts(node, generated: WrittenSlots, found: dict) -> None:
+def _collect_texts(node, written_in: dict[int, set], found: dict) -> None:
     # _collect_strings without paths: this one runs on every record, _collect_strings only where it finds something
-    written = generated.of(node)
+    written = written_in.get(id(node))
     if type(node) is dict:
         for k, v in node.items():
             if k in SKIP_KEYS:
@@ -209,7 +214,7 @@ def _collect_texts(node, generated: WrittenSlots, found: dict) -> None:
                 elif written is None or k not in written:
                     found[v] = None
             elif t is dict or t is list:
-                _collect_texts(v, generated, found)
+                _collect_texts(v, written_in, found)
     else:
         for i, v in enumerate(node):
             t = type(v)
@@ -217,4 +222,4 @@ def _collect_texts(node, generated: WrittenSlots, found: dict) -> None:
                 if written is None or i not in written:
                     found[v] = None
             elif t is dict or t is list:
-                _collect_texts(v, generated, found)
+                _collect_texts(v, written_in, found)

@@ -39,23 +39,20 @@ class PendingText:
 
 class WrittenSlots:
     """Where the engine wrote a value itself (a pseudonym, a year, a label): the leak guard does not read
-    them. A slot is a container of the output and a key or index in it; the containers are held here, so
-    no other object can take their ids while the record is made."""
+    them. A slot is a key or index of a container (a dict or list of the output); the containers are held
+    here, so that no other object takes their ids while the record is made."""
 
     def __init__(self) -> None:
-        self._by_id: dict[int, tuple[object, set]] = {}
+        self.by_id: dict[int, set] = {}  # id(container) → its written keys or indices
+        self._containers: list = []
 
     def add(self, container, slot) -> None:
-        entry = self._by_id.get(id(container))
-        if entry is None:
-            self._by_id[id(container)] = (container, {slot})
+        written = self.by_id.get(id(container))
+        if written is None:
+            self._containers.append(container)
+            self.by_id[id(container)] = {slot}
         else:
-            entry[1].add(slot)
-
-    def of(self, container) -> set | None:
-        """The written slots of `container` (a dict or list of the output), or None."""
-        entry = self._by_id.get(id(container))
-        return entry[1] if entry is not None else None
+            written.add(slot)
 
 
 @dataclass
@@ -70,6 +67,8 @@ class RecordContext:
     generated: WrittenSlots = field(default_factory=WrittenSlots)  # values the engine wrote itself
     known: set = field(default_factory=set)  # KnownIdentifiers found by the rule methods
     walked: list = field(default_factory=list)  # (resource, ResourceState), stamped once text is replaced
+    references: dict = field(default_factory=dict)  # reference → its rewrite: a record points at its patient many times
+    known_seen: set = field(default_factory=set)  # (value, category) already in `known`
 
 
 @dataclass
@@ -117,10 +116,22 @@ class Site:
                 if not FULL_DATE_RE.match(value):
                     return
                 value = value[:10]
-            self.ctx.known.add(KnownIdentifier(value, category))
+            seen = self.ctx.known_seen
+            if (value, category) not in seen:  # dates and ids recur in a record: one KnownIdentifier each
+                seen.add((value, category))
+                self.ctx.known.add(KnownIdentifier(value, category))
 
     def generated(self) -> None:
         self.ctx.generated.add(self.container, self.slot)
+
+    def rewrite_reference(self, value: str) -> str | None:
+        """references.rewrite, once per distinct value in a record, unless each pseudonym issued is reported."""
+        pseudo, cache = self.ctx.pseudo, self.ctx.references
+        if pseudo.on_issue is not None:
+            return references.rewrite(value, pseudo)
+        if value not in cache:
+            cache[value] = references.rewrite(value, pseudo)
+        return cache[value]
 
     def day_offset(self) -> int:
         return self.ctx.pseudo.day_offset(self.res.patient_id)
