@@ -211,6 +211,8 @@ class KnownMatcher:
 
     def _patterns(self, text: str) -> list[tuple[str, re.Pattern]]:
         """Per category, in category order, the alternation of the forms whose needles `text` holds."""
+        if not self.candidates:
+            return []  # nothing to look for (a text checked without a record): skip projecting the text
         projected = project(text)
         by_category: dict[str, set[str]] = {}
         for c in self.candidates:
