@@ -301,6 +301,7 @@ class PatternDetector:
         flags = regex.VERBOSE | regex.IGNORECASE | regex.VERSION0
         self._age = regex.compile(_AGE_SRC, flags)
         self._label = regex.compile(_LABEL_SRC, regex.IGNORECASE)
+        self._label_groups = [(k, self._label.groupindex[k] - 1) for k in _LABEL_CATEGORY]  # index in m.groups()
         self._zip = regex.compile(_ZIP_SRC)
         self._street = regex.compile(_STREET_SRC)
         self._us_phone = regex.compile(_US_PHONE_SRC, regex.IGNORECASE)
@@ -435,23 +436,21 @@ class PatternDetector:
         return res
 
     def _name_date(self, m) -> Span | None:
-        g = m.groupdict()  # each of the two month regexes has only some of these groups
-        if g.get("md"):
-            if not g.get("md_year") and not g.get("md_mon")[0].isupper():
-                return None
-            return self._span(m.start(), m.end(), "DATE", 0.9 if g.get("md_year") else 0.75)
-        if g.get("dm"):
-            if not (g.get("dm_year") or g.get("dm_ord") or g.get("dm_mon")[0].isupper()):
-                return None
-            return self._span(m.start(), m.end(), "DATE", 0.9 if g.get("dm_year") else 0.7)
-        if g.get("my"):
-            mon = g.get("my_mon")
+        """A match of _date_at_month (md, my) or of _date_before_month (dm, rel)."""
+        if m.re is self._date_at_month:
+            if m.group("md"):
+                if not m.group("md_year") and not m.group("md_mon")[0].isupper():
+                    return None
+                return self._span(m.start(), m.end(), "DATE", 0.9 if m.group("md_year") else 0.75)
+            mon = m.group("my_mon")
             if not mon[0].isupper() and mon.lower().rstrip(".") in ("may", "mar", "march"):
                 return None
             return self._span(m.start(), m.end(), "DATE", 0.85)
-        if g.get("rel"):
-            return self._span(m.start(), m.end(), "DATE", 0.6)
-        return None  # numeric forms are handled by _num_date
+        if m.group("dm"):
+            if not (m.group("dm_year") or m.group("dm_ord") or m.group("dm_mon")[0].isupper()):
+                return None
+            return self._span(m.start(), m.end(), "DATE", 0.9 if m.group("dm_year") else 0.7)
+        return self._span(m.start(), m.end(), "DATE", 0.6)  # rel: "last March"
 
     def _num_date(self, text: str, m) -> Span | None:
         if m.group("iso"):
@@ -520,8 +519,8 @@ class PatternDetector:
             return None  # identifiers of 3 digits or fewer are not PHI
         if alnum < 4:
             return None
-        groups = m.groupdict()
-        key = next(k for k in _LABEL_CATEGORY if groups[k])
+        groups = m.groups()  # far cheaper than groupdict() with this many groups
+        key = next(k for k, i in self._label_groups if groups[i] is not None)
         cat = _LABEL_CATEGORY[key]
         conf = 0.9
         if key == "uid":
