@@ -197,29 +197,35 @@ def _collect_strings(node, written_in: dict[int, set], path: str, found: list) -
                 found.append((sub, v))
 
 
-def _collect_texts(node, written_in: dict[int, set], found: dict) -> None:
+def _collect_texts(node: dict, written_in: dict[int, set], found: dict) -> None:
     # _collect_strings without paths: this one runs on every record, _collect_strings only where it finds something
     written = written_in.get(id(node))
-    if type(node) is dict:
-        for k, v in node.items():
-            if k in SKIP_KEYS:
-                continue
-            t = type(v)
-            if t is str:
-                if k == "div":
-                    found[html.unescape(TAG_RE.sub(" ", v))] = None
-                    found[" ".join(ATTRIBUTE_RE.findall(v))] = None
-                elif k == "data" and str(node.get("contentType", "")).lower().startswith(TEXT_CONTENT_TYPES):
-                    found[base64.b64decode(v).decode("utf-8", "replace")] = None
-                elif written is None or k not in written:
-                    found[v] = None
-            elif t is dict or t is list:
-                _collect_texts(v, written_in, found)
-    else:
-        for i, v in enumerate(node):
-            t = type(v)
-            if t is str:
-                if written is None or i not in written:
-                    found[v] = None
-            elif t is dict or t is list:
-                _collect_texts(v, written_in, found)
+    for k, v in node.items():
+        if k in SKIP_KEYS:
+            continue
+        t = type(v)
+        if t is str:
+            if k == "div":
+                found[html.unescape(TAG_RE.sub(" ", v))] = None
+                found[" ".join(ATTRIBUTE_RE.findall(v))] = None
+            elif k == "data" and str(node.get("contentType", "")).lower().startswith(TEXT_CONTENT_TYPES):
+                found[base64.b64decode(v).decode("utf-8", "replace")] = None
+            elif written is None or k not in written:
+                found[v] = None
+        elif t is dict:
+            _collect_texts(v, written_in, found)
+        elif t is list:
+            _collect_items(v, written_in, found)
+
+
+def _collect_items(items: list, written_in: dict[int, set], found: dict) -> None:
+    written = written_in.get(id(items))
+    for i, v in enumerate(items):
+        t = type(v)
+        if t is str:
+            if written is None or i not in written:
+                found[v] = None
+        elif t is dict:
+            _collect_texts(v, written_in, found)
+        elif t is list:
+            _collect_items(v, written_in, found)

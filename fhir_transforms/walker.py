@@ -243,10 +243,12 @@ def _walk_complex(node: dict, plan: dict[str, _Step], path: str, ctx: RecordCont
         # most primitives (codes, units, values) stay as they are: nothing to rewrite
         if type(value) in step.kept_as or (step.kept_items and _all_kept(value, step.kept_items)):
             continue
-        if step.walk_into and type(value) is dict and not step.element.is_list:  # the commonest complex case
+        if step.walk_into and not step.element.is_list and type(value) is dict:  # the commonest complex case
             _walk_complex(value, plans.get(step.walk_into) or _plan(ctx.profile, *step.walk_into), f"{path}.{key}", ctx, state)
             if not value:
                 del node[key]
+        elif step.walk_into and step.element.is_list and type(value) is list:  # codings, identifiers, ...
+            _walk_items(node, key, value, step, f"{path}.{key}", ctx, state)
         elif step.single_rule and type(value) in step.shape:  # a reference, a date, a text, ...
             sub_path = f"{path}.{key}"
             result = _transform(node, key, value, step, sub_path, node, key, ctx, state)
@@ -263,6 +265,24 @@ def _walk_complex(node: dict, plan: dict[str, _Step], path: str, ctx: RecordCont
 def _all_kept(value, kept_items: tuple[type, ...]) -> bool:
     """A list of kept primitives in the JSON shape FHIR gives them (anything else takes the general path and its checks)."""
     return type(value) is list and bool(value) and all(v is None or type(v) in kept_items for v in value)
+
+
+def _walk_items(node: dict, key: str, items: list, step: _Step, path: str, ctx: RecordContext, state: ResourceState) -> None:
+    """A list of a datatype no rule names: each object is walked, and dropped if the rules leave it empty."""
+    plan = ctx.profile.plans.get(step.walk_into) or _plan(ctx.profile, *step.walk_into)
+    out: list = []
+    for item in items:
+        item_path = f"{path}[{len(out)}]"
+        if type(item) is dict:
+            _walk_complex(item, plan, item_path, ctx, state)
+            if item:
+                out.append(item)
+        else:  # no rule applies: None (a null aligning primitive extensions) comes back, any other value is bad input
+            out.append(_transform(node, key, item, step, item_path, out, len(out), ctx, state))
+    if out:
+        node[key] = out
+    else:
+        del node[key]
 
 
 def _walk_values(node: dict, key: str, step: _Step, path: str, ctx: RecordContext, state: ResourceState) -> None:
@@ -306,37 +326,32 @@ def _walk_values(node: dict, key: str, step: _Step, path: str, ctx: RecordContex
 def _transform(node: dict, key: str, value, step: _Step, path: str, container, slot, ctx: RecordContext,
                state: ResourceState):
     """One value through its rule (or its type's): the new value, a TextRef, or REMOVE (also for an emptied element)."""
-    site = Site(ctx, state, node, step.owner, step.element, path, step.fpath, container, slot,
-                step.rule.options if step.rule is not None else NO_OPTIONS)
-    result = _apply(value, step, site)
-    if site.pending_extensions:
-        _add_extensions(node, "_" + key, site.pending_extensions)
-    return REMOVE if result == {} else result
-
-
-def _apply(value, step: _Step, site: Site):
     el, rule = step.element, step.rule
     if value is None:
         if not el.is_list:
-            raise InputError(f"{site.path}: null is not a FHIR value")
+            raise InputError(f"{path}: null is not a FHIR value")
         return None  # a null in a list only aligns primitive extensions (`_given: [null, {...}]`)
     if type(value) not in step.shape:
         # only reachable without validation: a wrong JSON shape is bad input, never passed through
-        raise InputError(f"{site.path}: expected {'a value' if el.type in PRIMITIVE_TYPES else 'an object'} of type {el.type}")
-    if rule is not None:
-        try:
-            return METHODS[rule.method](value, site)
-        except ValueError as e:  # e.g. a malformed date; messages never quote the value
-            if isinstance(e, InputError):
-                raise
-            raise InputError(f"{site.path}: {e}") from None
-    if el.type == "Resource":
-        walk_resource(value, site.path, site.ctx)
-        return value
-    if type(value) is dict:
-        _walk_complex(value, _plan(site.ctx.profile, el.type, site.fpath, False), site.path, site.ctx, site.res)
-        return value
-    return METHODS[site.ctx.profile.default_primitive.method](value, site)
+        raise InputError(f"{path}: expected {'a value' if el.type in PRIMITIVE_TYPES else 'an object'} of type {el.type}")
+    if rule is None:
+        if el.type == "Resource":
+            walk_resource(value, path, ctx)
+            return value
+        if type(value) is dict:
+            _walk_complex(value, _plan(ctx.profile, el.type, step.fpath, False), path, ctx, state)
+            return REMOVE if not value else value
+    site = Site(ctx, state, node, step.owner, el, path, step.fpath, container, slot,
+                rule.options if rule is not None else NO_OPTIONS)
+    try:
+        result = METHODS[rule.method if rule is not None else ctx.profile.default_primitive.method](value, site)
+    except ValueError as e:  # e.g. a malformed date; messages never quote the value
+        if isinstance(e, InputError) or rule is None:
+            raise
+        raise InputError(f"{path}: {e}") from None
+    if site.pending_extensions:
+        _add_extensions(node, "_" + key, site.pending_extensions)
+    return REMOVE if type(result) is dict and not result else result
 
 
 def _key_writer(node: dict, key: str) -> Callable[[object], None]:

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 from re import _casefix  # the extra case equivalences re.IGNORECASE applies (private, stable since 3.11)
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from text_deid.spans import KnownIdentifier, Span
 
@@ -104,6 +104,31 @@ DATE_SHAPE_RE = re.compile(
     re.IGNORECASE,
 )
 MONTH_NUMBER = {m.lower(): i + 1 for i, m in enumerate(MONTHS)} | {m[:3].lower(): i + 1 for i, m in enumerate(MONTHS)} | {"sept": 9}
+
+
+# DATE_SHAPE_RE is slow to try at every character (IGNORECASE, month names, a look-behind first). A match
+# can only start after a character that is not an ASCII letter or digit, at a digit or at the first three
+# letters of a month, so a case-sensitive search of the lowercased text, which re runs at C speed from a
+# charset, finds every place worth trying. Lowercasing keeps each character one character, and keeps
+# ASCII letters and digits apart from the rest, once "İ" and the Kelvin sign (no month has an i or a k)
+# are set aside; tests/test_known_matcher.py checks this over every code point.
+_DATE_STARTS = re.compile(r"[^0-9a-z](?=\d|" + "|".join(m[:3].lower() for m in MONTHS).replace("sep", "[sſ]ep") + ")")
+_ALNUM_WHEN_LOWERED = ("\u0130", "\u212a")
+
+
+def date_shapes(text: str) -> Iterator[re.Match]:
+    """What `DATE_SHAPE_RE.finditer(text)` yields, trying the pattern only where a match can start."""
+    folded = text
+    for c in _ALNUM_WHEN_LOWERED:
+        if c in folded:
+            folded = folded.replace(c, "\x00")
+    folded = ("\n" + folded).lower()
+    pos, match = 0, DATE_SHAPE_RE.match
+    for start in _DATE_STARTS.finditer(folded):
+        p = start.start()  # the place in `text` of the character after the one this found
+        if p >= pos and (m := match(text, p)):
+            yield m
+            pos = m.end()
 
 
 def _years(y: str) -> list[int]:
@@ -228,7 +253,7 @@ class KnownMatcher:
             spans.extend(Span(m.start(), m.end(), category, detector, 1.0) for m in pattern.finditer(text) if m.end() > m.start())
         if self.days:
             spans.extend(Span(m.start(), m.end(), "DATE", detector, 1.0)
-                         for m in DATE_SHAPE_RE.finditer(text) if date_readings(m) & self.days)
+                         for m in date_shapes(text) if date_readings(m) & self.days)
         return spans
 
     def occurs_in(self, text: str) -> bool:
@@ -236,7 +261,7 @@ class KnownMatcher:
         for _, pattern in self._patterns(text):
             if any(m.end() > m.start() for m in pattern.finditer(text)):
                 return True
-        return bool(self.days) and any(date_readings(m) & self.days for m in DATE_SHAPE_RE.finditer(text))
+        return bool(self.days) and any(date_readings(m) & self.days for m in date_shapes(text))
 
 
 @lru_cache(maxsize=256)
