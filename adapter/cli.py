@@ -110,7 +110,7 @@ def fhir(
                 engine.validate = validate is Validation.full or (
                     validate is Validation.sample and _sampled(path, n))
                 where = f"{path}: line {n}" if f.ndjson else str(path)
-                result = engine.deidentify(res, where)
+                result = engine.deidentify(res, where, consume=True)  # read for this call only
                 results.append(result.resource)
                 audited.append((raw, res["resourceType"], result.findings, where))
             data = fhir_files.serialize(results, f.ndjson)

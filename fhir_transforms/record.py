@@ -64,11 +64,15 @@ class Deidentifier:
     clock: Callable[[], date] = dates.today
     validate: bool = True
 
-    def deidentify(self, resource: dict, path: str = "", linked: Iterable[KnownIdentifier] = ()) -> RecordResult:
+    def deidentify(self, resource: dict, path: str = "", linked: Iterable[KnownIdentifier] = (), *,
+                   consume: bool = False) -> RecordResult:
         """The de-identified copy of `resource`, or InputError / RecordRefused; never a partial result.
 
         `linked`: known identifiers of people the record points at but does not hold (a bulk export's
         Patient, read from another file), masked in its text and checked by the leak guard like its own.
+        `consume`: `resource` comes straight from json.loads (so it holds only JSON's own types, and no
+        object twice) and the caller gives it up: it is de-identified in place instead of copied, and
+        whatever the outcome, only its resourceType may be read afterwards.
         """
         if not isinstance(resource, dict):
             raise InputError(f"{path or 'input'}: a FHIR resource must be a JSON object")
@@ -76,7 +80,7 @@ class Deidentifier:
         path = path or str(rtype)
         if self.validate:
             validate(resource, path)
-        doc = _copy(resource)
+        doc = resource if consume else _copy(resource)
         members = list(iter_resources(doc))
         patients = [r.get("id") for r in members if r.get("resourceType") == "Patient" and r.get("id")]
         ctx = RecordContext(self.profile, self.pseudo, self.clock, patients[0] if len(patients) == 1 else None)

@@ -25,3 +25,16 @@ def test_golden(case: Path, test_key):
     if os.environ.get("DEID_UPDATE_GOLDEN"):
         expected_path.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
     assert result == json.loads(expected_path.read_text())
+
+
+@pytest.mark.parametrize("case", GOLDEN, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_a_consumed_input_gives_the_same_output(case: Path, test_key):
+    # the fhir command gives its parsed input up (consume=True): no copy, same bytes and findings
+    engine = make_engine(test_key, profile=case.parent.name, validate=False)
+    raw = case.read_text()
+    kept = json.loads(raw)
+    copied = engine.deidentify(kept, case.stem)
+    assert kept == json.loads(raw)  # without consume the input is left as it was
+    consumed = engine.deidentify(json.loads(raw), case.stem, consume=True)
+    assert json.dumps(consumed.resource) == json.dumps(copied.resource)
+    assert consumed.findings == copied.findings and consumed.known == copied.known
