@@ -201,7 +201,8 @@ class _Step:
 
 def _shape(type_name: str) -> tuple[type, ...]:
     """The JSON types FHIR's JSON format gives each kind of element. The walker compares exact types: the
-    record is a marshal copy, which holds only the built-in types (and bool is not one of the numbers)."""
+    record is a marshal copy or fresh from json.loads (see Deidentifier.deidentify), either of which holds
+    only the built-in types (and bool is not one of the numbers)."""
     if type_name not in PRIMITIVE_TYPES:
         return (dict,)
     if type_name == "boolean":
@@ -299,7 +300,7 @@ def _walk_values(node: dict, key: str, step: _Step, path: str, ctx: RecordContex
     out: list = []
     is_list = el.is_list
     for value in values:
-        # the index it will have in the output (generated-value paths must match the output the guard reads)
+        # the index it will have in the output (written slots and text paths must match the output the guard reads)
         item_path = f"{sub_path}[{len(out)}]" if is_list else sub_path
         if step.walk_into and type(value) is dict:  # a datatype no rule names: only its elements have rules
             _walk_complex(value, profile.plans.get(step.walk_into) or _plan(profile, *step.walk_into), item_path, ctx, state)
