@@ -11,6 +11,7 @@ de-identification policy (RecordRefused), or the queue could not be written (the
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
 import itertools
 import logging
@@ -469,6 +470,52 @@ class AuditEvent:
 AuditHook = Callable[[list[AuditEvent]], list]
 
 
+class AuditedQueue:
+    """The audit records, then the queue inserts, of the messages that finish together. The audit transaction
+    runs on the audit's own thread; once it is durable, that thread hands the group's queue commit straight to
+    the queue's thread (not back through the event loop, a hop that cost ~0.5 ms of latency on a busy machine)
+    and takes the next group's audit while the queue commits this one."""
+
+    def __init__(self, audit: AuditHook, store: AsyncStore, linger: Callable[[], Awaitable[None]]):
+        self.hook, self.store = audit, store
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mllp-audit")
+        self.commits = GroupCommit(self._write, self._thread, linger=linger)
+        self.queue_commits = 0
+        self._queued: dict[concurrent.futures.Future, asyncio.Future] = {}
+
+    async def submit(self, event: AuditEvent, incoming: Optional[Incoming]) -> Optional[bool]:
+        """Audit `event`, then queue `incoming` (when given); True when queued, False for a resend already queued,
+        None with nothing to queue. Raises what the audit or the queue raised; a failed audit queues nothing."""
+        result = await self.commits.submit((event, incoming))
+        if result is None:
+            return None
+        commit, k = result
+        queued = self._queued.get(commit)
+        if queued is None:  # one loop-side future per group commit, shared by its messages
+            queued = self._queued[commit] = asyncio.wrap_future(commit)
+            queued.add_done_callback(lambda _: self._queued.pop(commit, None))
+        added = (await queued)[k]
+        if added:
+            self.store.new_message.set()
+        return added
+
+    def _write(self, items: list[tuple[AuditEvent, Optional[Incoming]]]) -> list:
+        self.hook([event for event, _ in items])  # raises: nothing of the group is queued
+        queued = [incoming for _, incoming in items if incoming is not None]
+        if not queued:
+            return [None] * len(items)
+        self.queue_commits += 1
+        commit = self.store.executor.submit(self.store.store.enqueue_many, queued)
+        positions = itertools.count()
+        return [None if incoming is None else (commit, next(positions)) for _, incoming in items]
+
+    async def drain(self) -> None:
+        """Until every audit is written and every queue commit handed on (the queue's thread finishes those
+        before the store closes)."""
+        await self.commits.drain()
+        self._thread.shutdown(wait=True)
+
+
 class MllpListener:
     """Accepts persistent MLLP connections; each frame is answered in order, one at a time per connection
     (so queue order is each connection's order); connections run concurrently."""
@@ -480,11 +527,10 @@ class MllpListener:
                  *, max_frame: int = DEFAULT_MAX_FRAME, partial_timeout: float = 60.0, stats: Optional[Stats] = None,
                  on_fatal: Callable[[], None] = lambda: None, audit: Optional[AuditHook] = None):
         self.engine = BatchedEngine(deidentify, executor, parallel)
-        self._audit_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mllp-audit") if audit else None
         # The first durable step waits for the messages still in de-identification (at most COMMIT_DELAY_S), so
         # that they share its commit; the queue then commits each audited group as one.
         settle = functools.partial(self.engine.settle, self.COMMIT_DELAY_S)
-        self.audit = GroupCommit(audit, self._audit_thread, linger=settle) if audit else None
+        self.audit = AuditedQueue(audit, store, settle) if audit and store is not None else None
         if not audit and store is not None:
             store.enqueues.linger = settle
         self.on_fatal = on_fatal
@@ -521,7 +567,6 @@ class MllpListener:
             await self._server.wait_closed()
         if self.audit is not None:
             await self.audit.drain()
-            self._audit_thread.shutdown(wait=True)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self._stopping:
@@ -588,7 +633,7 @@ class MllpListener:
             ack = build_ack(header, "AR", f"refused by de-identification: {e}", 207)
             if self.audit is not None:
                 try:
-                    await self.audit.submit(AuditEvent(self._peer(cid), decoded.text, reason=str(e)))
+                    await self.audit.submit(AuditEvent(self._peer(cid), decoded.text, reason=str(e)), None)
                 except Exception as audit_error:  # noqa: BLE001 - the NAK stands; the operator must see it
                     log.error("connection %d: audit of a refusal failed: %s", cid, type(audit_error).__name__)
         except BrokenExecutor:
@@ -613,13 +658,14 @@ class MllpListener:
             body = out.encode(decoded.codec)
         except UnicodeEncodeError:
             raise InputError("the de-identified message cannot be written in its MSH-18 character set") from None
-        if self.audit is not None:  # durable before the message is queued and ACKed; a failure NAKs (AR)
-            await self.audit.submit(AuditEvent(self._peer(cid), decoded.text, output=out))
         out_control_id = parse_header(out).control_id
         # resends are recognized by the output's control id, a keyed pseudonym of (sender, MSH-10): the
         # store never holds the sender's own id
-        added = await self.store.enqueue(Incoming(header.sender, header.control_id and out_control_id, out_control_id,
-                                                  decoded.codec, body))
+        incoming = Incoming(header.sender, header.control_id and out_control_id, out_control_id, decoded.codec, body)
+        if self.audit is not None:  # durable before the message is queued and ACKed; a failure NAKs (AR)
+            added = await self.audit.submit(AuditEvent(self._peer(cid), decoded.text, output=out), incoming)
+        else:
+            added = await self.store.enqueue(incoming)
         if added:
             self.stats.accepted += 1
         else:
@@ -890,8 +936,8 @@ async def serve(deidentify: Callable[[str], str], listen: tuple[str, int], targe
         counts = await store.counts()
         await store.close()
         log.info("stopped: %s; %d still queued, %d parked; %d queue commits%s", stats.line(), counts["queued"],
-                 counts["parked"], store.enqueues.batches,
-                 f", {listener.audit.batches} audit commits" if listener.audit is not None else "")
+                 counts["parked"], store.enqueues.batches + (listener.audit.queue_commits if listener.audit else 0),
+                 f", {listener.audit.commits.batches} audit commits" if listener.audit is not None else "")
     if listener.failure:
         raise RuntimeError(listener.failure)
     return stats

@@ -234,6 +234,11 @@ class AsyncStore:
         self.enqueues = GroupCommit(self.store.enqueue_many, self._thread, self.MAX_BATCH)
         self.new_message = asyncio.Event()
 
+    @property
+    def executor(self) -> Executor:
+        """The one thread that uses `store` (a caller may hand it a commit of `store.enqueue_many` directly)."""
+        return self._thread
+
     async def _call(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
 

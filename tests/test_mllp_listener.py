@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import sqlite3
 import sys
 import time
 from pathlib import Path
@@ -568,3 +569,80 @@ def test_the_listener_runs_on_uvloop_where_installed_and_on_asyncio_without(tmp_
     assert loop_type is uvloop.Loop and codes == ["AA"] * 20 and order == [f"U-{n}" for n in range(20)]
     monkeypatch.setitem(sys.modules, "uvloop", None)  # as if not installed: the import fails
     assert mllp.loop_factory() is None
+
+
+def test_each_message_is_audited_before_it_is_queued_and_a_failed_audit_queues_nothing(tmp_path, monkeypatch):
+    """The queue commit of a group starts only after its audit transaction returned; when the audit fails the
+    sender gets AR and nothing of its group reaches the queue."""
+    from adapter.mllp_store import Store
+
+    audited: list[str] = []
+    order_broken: list[str] = []
+
+    def audit(events):
+        if any("FAILAUDIT" in e.message for e in events):
+            raise RuntimeError("audit store unavailable")
+        audited.extend(parse_header(e.message).control_id for e in events)
+        return list(range(len(events)))
+
+    enqueue_many = Store.enqueue_many
+
+    def checked_enqueue_many(self, items):
+        for it in items:  # the output's control id is the sender's here (the stand-in engine keeps MSH-10)
+            if it.control_id not in audited:
+                order_broken.append(it.control_id)
+        return enqueue_many(self, items)
+
+    monkeypatch.setattr(Store, "enqueue_many", checked_enqueue_many)
+    out = tmp_path / "out"
+
+    async def scenario():
+        async with running_service(tmp_path / "q.sqlite", mllp.make_target(str(out)), audit=audit) as port:
+            senders = [MllpSender(port) for _ in range(4)]
+
+            async def send(i, s):
+                return [await s.send(adt(f"Q{i}-{n}")) for n in range(15)]
+
+            codes = await asyncio.gather(*(send(i, s) for i, s in enumerate(senders)))
+            failed = await senders[0].send(adt("Q-X", name="FAILAUDIT^ME"))
+            after = await senders[1].send(adt("Q-Y"))
+            await wait_for(lambda: len(list(out.glob("*.hl7"))) == 61)
+            for s in senders:
+                await s.close()
+        return codes, failed, after
+
+    codes, failed, after = run(scenario())
+    assert all(c == "AA" for cs in codes for c in cs) and failed == "AR" and after == "AA"
+    assert not order_broken and len(audited) == 61
+    bodies = [p.read_bytes() for p in out.glob("*.hl7")]
+    assert not any(b"|Q-X|" in b for b in bodies) and sum(b"|Q-Y|" in b for b in bodies) == 1
+
+
+def test_a_queue_failure_after_the_audit_is_answered_ar(tmp_path, monkeypatch):
+    """The audit record is written, the queue commit fails: the sender hears AR (and resends), never AA."""
+    from adapter.mllp_store import Store
+
+    enqueue_many = Store.enqueue_many
+
+    def failing_enqueue_many(self, items):
+        if any(b"FAILQUEUE" in it.body for it in items):
+            raise sqlite3.OperationalError("disk I/O error")
+        return enqueue_many(self, items)
+
+    monkeypatch.setattr(Store, "enqueue_many", failing_enqueue_many)
+    audited = []
+
+    def audit(events):
+        audited.extend(events)
+        return list(range(len(events)))
+
+    async def scenario():
+        async with running_service(tmp_path / "q.sqlite", mllp.make_target(str(tmp_path / "out")),
+                                   audit=audit) as port:
+            s = MllpSender(port)
+            codes = [await s.send(adt("F-1")), await s.send(adt("F-2", extra="|FAILQUEUE")), await s.send(adt("F-3"))]
+            await s.close()
+        return codes
+
+    assert run(scenario()) == ["AA", "AR", "AA"]
+    assert len(audited) == 3
