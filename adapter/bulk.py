@@ -339,17 +339,18 @@ def process_chunk(root: Path, chunk: Chunk, worker: Worker) -> tuple[bytes, dict
                   for k in worker.linked_known(p)]
         engine.validate = _validates(worker.validate, chunk.file, n)
         where = f"{chunk.file}: line {n}"
+        rtype, rid = res["resourceType"], res.get("id")  # read before the record is de-identified in place
         try:
-            result = engine.deidentify(res, where, linked)
+            result = engine.deidentify(res, where, linked, consume=True)
         except (InputError, RecordRefused) as e:
-            rid = engine.pseudo.resource_id(res["id"]) if isinstance(res.get("id"), str) and res["id"] else None
+            rid = engine.pseudo.resource_id(rid) if isinstance(rid, str) and rid else None
             refusals.append([n, rid, refusal_reason(e)])
             entries.append(audit.refusal(engine, input=line, reason=refusal_reason(e), **who))
             continue
         out.append(fhir_files.serialize([result.resource], True))
         entries.append(audit.deidentification(engine, input=line, output=out[-1][:-1], findings=result.findings,
-                                              where=where, root=res["resourceType"], **who))
-        written[res["resourceType"]] = written.get(res["resourceType"], 0) + 1
+                                              where=where, root=rtype, **who))
+        written[rtype] = written.get(rtype, 0) + 1
     return b"".join(out), {"written": written, "refusals": refusals, "audit": entries}
 
 
