@@ -138,7 +138,7 @@ def fhir(
             counts["resources"] += len(results)
             typer.echo(f"ok  {rel} ({len(results)} resource{'s' * (len(results) != 1)})", err=True)
     typer.echo(
-        f"{counts['written']} file(s) written to {output} ({counts['resources']} resources), "
+        f"{counts['written']} file(s) written to {output} ({counts['resources']} resource(s)), "
         f"{counts['refused']} refused, {counts['bad_input']} bad input, {counts['skipped']} skipped (no resources)",
         err=True,
     )
