@@ -5,8 +5,8 @@ Presidio with those recognizers plus the project's NER model through its Hugging
 Run: .venv/bin/python benchmarks/text_throughput.py [--repeat N] [--stacks patterns,gazetteer,no-llm]
 Text: the ASQ-PHI tuning queries (../shared/data/asq-phi/tuning.jsonl), one call per query. Prints chars per
 CPU-second (every thread of this process, so the figure holds on a busy machine) and per wall second for
-each, the ratio of `patterns` and `gazetteer` over Presidio pattern-only (target: patterns >= 10x), the ratio
-of `no-llm` over Presidio with the same NER model, and the NER detector's tokens/s on one thread (target:
+each (best of the rounds; each round times every engine in turn, over enough passes to take ~0.5 s), the ratio of `patterns` and `gazetteer` over Presidio pattern-only (target: patterns >= 10x), the ratio
+of `no-llm` over Presidio with the same NER model (each the median of the per-round ratios), and the NER detector's tokens/s on one thread (target:
 >= 5,000). torch runs on one thread everywhere (DEID_ADAPTER_NER_THREADS, default 1).
 A stack or engine whose parts are not installed here (no-llm without the NER model) is reported and skipped.
 """
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -46,77 +47,106 @@ def presidio_analyzer(ner_model: str | None = None):
     return lambda text: engine.analyze(text, language="en")
 
 
-def chars_per_second(fn, texts: list[str], repeat: int) -> tuple[float, float]:
-    """(chars per CPU-second, chars per wall second), each the best of `repeat` runs."""
-    fn(texts[0])  # warm-up: lazy compilation and caches
-    best_cpu = best_wall = float("inf")
-    for _ in range(repeat):
-        wall, cpu = time.perf_counter(), time.process_time()
+PRESIDIO = "presidio pattern-only (no_op nlp)"
+PRESIDIO_NER = "presidio + same NER model (HF pipeline)"
+NER = "ner detector alone"
+
+
+MIN_PASS_S = 0.5
+
+
+def passes_for(fn, texts: list[str]) -> int:
+    """How many passes over `texts` take about MIN_PASS_S, so a fast engine is not timed over a few
+    milliseconds, where a scheduler tick or the machine's drift weighs more than the work."""
+    cpu = time.process_time()
+    for t in texts:
+        fn(t)
+    return max(1, round(MIN_PASS_S / max(time.process_time() - cpu, 1e-6)))
+
+
+def one_pass(fn, texts: list[str], passes: int) -> tuple[float, float]:
+    """(CPU seconds, wall seconds) of one call per text, averaged over `passes` passes."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    for _ in range(passes):
         for t in texts:
             fn(t)
-        best_wall = min(best_wall, time.perf_counter() - wall)
-        best_cpu = min(best_cpu, time.process_time() - cpu)
-    total = sum(map(len, texts))
-    return total / best_cpu, total / best_wall
-
-
-def line(name: str, rates: tuple[float, float], note: str = "") -> None:
-    print(f"{name:<40} {rates[0]:>12,.0f} {rates[1]:>12,.0f}  {note}")
+    return (time.process_time() - cpu) / passes, (time.perf_counter() - wall) / passes
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=5, help="rounds; each round times every engine once")
     parser.add_argument("--stacks", default="patterns,gazetteer,no-llm")
     args = parser.parse_args()
     texts = [json.loads(line)["text"] for line in GOLD.read_text(encoding="utf-8").splitlines() if line.strip()]
-    print(f"text: {len(texts)} queries, {sum(map(len, texts)):,} chars; best of {args.repeat}")
-    print(f"{'':<40} {'chars/CPU-s':>12} {'chars/s':>12}")
-    presidio = chars_per_second(presidio_analyzer(), texts, args.repeat)
-    line("presidio pattern-only (no_op nlp)", presidio)
-    presidio_ner = presidio_with_ner(texts, args.repeat)
+    chars = sum(map(len, texts))
+
+    # name -> (the call, the name of the engine it is compared with, or None)
+    engines: dict[str, tuple] = {PRESIDIO: (presidio_analyzer(), None)}
+    ner_model = ner_model_or_none()
+    if ner_model:
+        engines[PRESIDIO_NER] = (presidio_analyzer(ner_model), None)
     for name in args.stacks.split(","):
         try:
             stack = build_stack(name)
         except StackUnavailable as e:
             print(f"{name:<40} skipped: {e}")
             continue
-        rates = chars_per_second(lambda t: stack.detect(t, ()), texts, args.repeat)
-        if "ner" in [d.name for d in stack.detectors]:
-            note = f"{rates[0] / presidio_ner[0]:6.1f}x presidio + same NER (CPU)" if presidio_ner else ""
-        else:
-            note = f"{rates[0] / presidio[0]:6.1f}x presidio pattern-only (CPU)"
-        line(name, rates, note)
-    ner_tokens_per_second(texts, args.repeat)
+        uses_ner = "ner" in [d.name for d in stack.detectors]
+        engines[name] = (lambda t, stack=stack: stack.detect(t, ()), PRESIDIO_NER if uses_ner else PRESIDIO)
+    ner = ner_detector_or_none()
+    if ner:
+        engines[NER] = (lambda t: ner.detect(t, ()), None)
+    for fn, _ in engines.values():
+        fn(texts[0])  # warm-up: lazy compilation and caches
+    passes = {name: passes_for(fn, texts) for name, (fn, _) in engines.items()}
+
+    # Rounds, each timing every engine once in turn: this machine's speed drifts by tens of percent between
+    # minutes, so a ratio is taken between passes seconds apart, per round, and its median printed.
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in engines}
+    for _ in range(args.repeat):
+        for name, (fn, _) in engines.items():
+            times[name].append(one_pass(fn, texts, passes[name]))
+
+    print(f"text: {len(texts)} queries, {chars:,} chars; {args.repeat} rounds, each engine once per round "
+          f"for at least ~{MIN_PASS_S} s (passes over the text: {max(passes.values())} at most)")
+    print(f"{'':<40} {'chars/CPU-s':>12} {'chars/s':>12}  (best round)")
+    for name, (_, baseline) in engines.items():
+        cpu = min(c for c, _ in times[name])
+        wall = min(w for _, w in times[name])
+        note = ""
+        if baseline in times:
+            ratios = sorted(b[0] / t[0] for b, t in zip(times[baseline], times[name]))
+            note = (f"{statistics.median(ratios):5.1f}x {baseline.split(' (')[0]} (CPU; median of rounds, "
+                    f"{ratios[0]:.1f}-{ratios[-1]:.1f})")
+        if name == NER:
+            tokens = sum(len(ner.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts)
+            note = f"{tokens / cpu:,.0f} tokens per CPU-second on one thread"
+        print(f"{name:<40} {chars / cpu:>12,.0f} {chars / wall:>12,.0f}  {note}")
 
 
-def presidio_with_ner(texts: list[str], repeat: int) -> tuple[float, float] | None:
+def ner_model_or_none() -> str | None:
+    """The default NER model's folder, with torch on one thread; None (and why) without the ner extra."""
     try:
         import torch
 
         from text_deid.detectors.ner import DEFAULT_MODEL
     except ImportError as e:
-        print(f"{'presidio + same NER model':<40} skipped: {type(e).__name__} (install the ner extra)")
+        print(f"{PRESIDIO_NER:<40} skipped: {type(e).__name__} (install the ner extra)")
         return None
     torch.set_num_threads(1)
-    rates = chars_per_second(presidio_analyzer(DEFAULT_MODEL), texts, repeat)
-    line("presidio + same NER model (HF pipeline)", rates)
-    return rates
+    return DEFAULT_MODEL
 
 
-def ner_tokens_per_second(texts: list[str], repeat: int) -> None:
-    """The NER detector alone, one call per query, on one thread (DEID_ADAPTER_NER_THREADS, default 1)."""
+def ner_detector_or_none():
+    """The NER detector alone, on one thread (DEID_ADAPTER_NER_THREADS, default 1); None when unavailable."""
     from text_deid.detectors.ner import NerDetector, NerUnavailable
 
     try:
-        ner = NerDetector()
+        return NerDetector()
     except NerUnavailable as e:
-        print(f"{'ner':<40} skipped: {e}")
-        return
-    tokens = sum(len(ner.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts)
-    rates = chars_per_second(lambda t: ner.detect(t, ()), texts, repeat)
-    per_cpu_second = tokens / (sum(map(len, texts)) / rates[0])
-    line("ner detector alone", rates, f"{per_cpu_second:,.0f} tokens per CPU-second on one thread")
+        print(f"{NER:<40} skipped: {e}")
+        return None
 
 
 if __name__ == "__main__":
