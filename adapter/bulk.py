@@ -339,11 +339,11 @@ def process_chunk(root: Path, chunk: Chunk, worker: Worker) -> tuple[bytes, dict
                   for k in worker.linked_known(p)]
         engine.validate = _validates(worker.validate, chunk.file, n)
         where = f"{chunk.file}: line {n}"
-        rtype, rid = res["resourceType"], res.get("id")  # read before the record is de-identified in place
+        rtype, input_id = res["resourceType"], res.get("id")  # read before the record is de-identified in place
         try:
             result = engine.deidentify(res, where, linked, consume=True)
         except (InputError, RecordRefused) as e:
-            rid = engine.pseudo.resource_id(rid) if isinstance(rid, str) and rid else None
+            rid = engine.pseudo.resource_id(input_id) if isinstance(input_id, str) and input_id else None
             refusals.append([n, rid, refusal_reason(e)])
             entries.append(audit.refusal(engine, input=line, reason=refusal_reason(e), **who))
             continue

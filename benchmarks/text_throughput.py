@@ -3,11 +3,14 @@ in one run: Presidio with its pattern recognizers only (no spaCy model: the `no_
 Presidio with those recognizers plus the project's NER model through its HuggingFaceNerRecognizer.
 
 Run: .venv/bin/python benchmarks/text_throughput.py [--repeat N] [--stacks patterns,gazetteer,no-llm]
-Text: the ASQ-PHI tuning queries (../shared/data/asq-phi/tuning.jsonl), one call per query. Prints chars per
-CPU-second (every thread of this process, so the figure holds on a busy machine) and per wall second for
-each (best of the rounds; each round times every engine in turn, over enough passes to take ~0.5 s), the ratio of `patterns` and `gazetteer` over Presidio pattern-only (target: patterns >= 10x), the ratio
-of `no-llm` over Presidio with the same NER model (each the median of the per-round ratios), and the NER detector's tokens/s on one thread (target:
->= 5,000). torch runs on one thread everywhere (DEID_ADAPTER_NER_THREADS, default 1).
+Text: the ASQ-PHI tuning queries (../shared/data/asq-phi/tuning.jsonl), one call per query. The engines are
+timed in rounds, each round timing every engine in turn over enough passes to take ~0.5 s, since this
+machine's speed drifts between minutes. Prints, from the best round, chars per CPU-second (every thread of
+this process, so the figure holds on a busy machine) and per wall second; the ratio of `patterns` and
+`gazetteer` over Presidio pattern-only (target: patterns >= 10x) and of `no-llm` over Presidio with the same
+NER model, each the median of the per-round ratios with their range; and the NER detector's tokens per
+CPU-second on one thread (target: >= 5,000). torch runs on one thread everywhere (DEID_ADAPTER_NER_THREADS,
+default 1).
 A stack or engine whose parts are not installed here (no-llm without the NER model) is reported and skipped.
 """
 from __future__ import annotations
@@ -50,22 +53,22 @@ def presidio_analyzer(ner_model: str | None = None):
 PRESIDIO = "presidio pattern-only (no_op nlp)"
 PRESIDIO_NER = "presidio + same NER model (HF pipeline)"
 NER = "ner detector alone"
-
-
 MIN_PASS_S = 0.5
 
 
 def passes_for(fn, texts: list[str]) -> int:
     """How many passes over `texts` take about MIN_PASS_S, so a fast engine is not timed over a few
-    milliseconds, where a scheduler tick or the machine's drift weighs more than the work."""
+    milliseconds, where a scheduler tick or the machine's drift weighs more than the work. Warms `fn` up first
+    (lazy compilation and caches)."""
+    fn(texts[0])
     cpu = time.process_time()
     for t in texts:
         fn(t)
     return max(1, round(MIN_PASS_S / max(time.process_time() - cpu, 1e-6)))
 
 
-def one_pass(fn, texts: list[str], passes: int) -> tuple[float, float]:
-    """(CPU seconds, wall seconds) of one call per text, averaged over `passes` passes."""
+def timed(fn, texts: list[str], passes: int) -> tuple[float, float]:
+    """(CPU seconds, wall seconds) of one pass (one call per text), the mean over `passes` passes."""
     wall, cpu = time.perf_counter(), time.process_time()
     for _ in range(passes):
         for t in texts:
@@ -97,8 +100,6 @@ def main() -> None:
     ner = ner_detector_or_none()
     if ner:
         engines[NER] = (lambda t: ner.detect(t, ()), None)
-    for fn, _ in engines.values():
-        fn(texts[0])  # warm-up: lazy compilation and caches
     passes = {name: passes_for(fn, texts) for name, (fn, _) in engines.items()}
 
     # Rounds, each timing every engine once in turn: this machine's speed drifts by tens of percent between
@@ -106,7 +107,7 @@ def main() -> None:
     times: dict[str, list[tuple[float, float]]] = {name: [] for name in engines}
     for _ in range(args.repeat):
         for name, (fn, _) in engines.items():
-            times[name].append(one_pass(fn, texts, passes[name]))
+            times[name].append(timed(fn, texts, passes[name]))
 
     print(f"text: {len(texts)} queries, {chars:,} chars; {args.repeat} rounds, each engine once per round "
           f"for at least ~{MIN_PASS_S} s (passes over the text: {max(passes.values())} at most)")
