@@ -31,13 +31,13 @@ from pathlib import Path
 
 from sqlalchemy import create_engine, text
 
-from adapter import fhir_files
-from adapter.audit import AuditEntry, AuditSession, AuditTrail
-from adapter.audit_cli import record_file
-from adapter.cli import tune_gc
+from adapter import files as fhir_files
+from adapter.audit.trail import AuditEntry, AuditSession, AuditTrail
+from adapter.cli.audit import record_file
+from adapter.cli.common import tune_gc
 from fhir_transforms.keys import Key, key_id_for
 from fhir_transforms.pseudonym import Pseudonymizer
-from fhir_transforms.record import Deidentifier
+from fhir_transforms.r4.record import Deidentifier
 from fhir_transforms.rules import load_profile
 from text_deid.stack import build_stack
 

@@ -17,10 +17,10 @@ from pathlib import Path
 
 from fhir.resources.R4B import get_fhir_model_class
 
-from adapter.cli import tune_gc
+from adapter.cli.common import tune_gc
 from fhir_transforms.keys import Key, key_id_for
 from fhir_transforms.pseudonym import Pseudonymizer
-from fhir_transforms.record import Deidentifier
+from fhir_transforms.r4.record import Deidentifier
 from fhir_transforms.rules import load_profile
 from text_deid.stack import build_stack
 

@@ -32,7 +32,7 @@ from typing import NamedTuple
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from adapter.mllp import (FrameDecoder, MllpListener, MllpTarget, build_ack, frame, loop_factory,  # noqa: E402
+from adapter.mllp.listener import (FrameDecoder, MllpListener, MllpTarget, build_ack, frame, loop_factory,  # noqa: E402
                           parse_header, read_ack, serve)
 
 SAMPLES = ROOT.parent / "shared" / "data" / "hl7v2"
@@ -74,8 +74,8 @@ def free_port() -> int:
 
 def load_messages(key_file: Path) -> list[str]:
     """The shared sample messages the engine de-identifies without refusal (MSH-10 replaced per send)."""
-    from adapter.hl7_message import decode_bytes, parse_text
-    from adapter.mllp_cli import _hl7_engine
+    from fhir_transforms.hl7v2.message import decode_bytes, parse_text
+    from adapter.cli.mllp import _hl7_engine
     from fhir_transforms.errors import InputError, RecordRefused
 
     engine = _hl7_engine(key_file, "safe-harbor", "patterns")
@@ -197,7 +197,7 @@ async def end_to_end(payloads: list[bytes], connections: int, workers: int, key_
             target=run_edge_only, args=(port, server.sockets[0].getsockname()[1], tmp / "edge.sqlite"), daemon=True)
         proc.start()
     else:
-        proc = subprocess.Popen([sys.executable, "-m", "adapter.cli", "mllp", "--listen", f"{HOST}:{port}",
+        proc = subprocess.Popen([sys.executable, "-m", "adapter.cli.main", "mllp", "--listen", f"{HOST}:{port}",
                                  "--forward", f"{HOST}:{server.sockets[0].getsockname()[1]}",
                                  "--store", str(tmp / "queue.sqlite"), "--key-file", str(key_file),
                                  "--stack", "patterns", "--workers", str(workers), *audit],
@@ -259,7 +259,7 @@ def commits(log: Path) -> tuple[int, int]:
 
 def engine_rate(messages: list[str], key_file: Path) -> float:
     """Messages/s of the HL7v2 engine alone, in this process, on up to 200 of the messages."""
-    from adapter.mllp_cli import _hl7_engine
+    from adapter.cli.mllp import _hl7_engine
 
     engine = _hl7_engine(key_file, "safe-harbor", "patterns")
     sample = messages[:200]

@@ -13,7 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from adapter import risk
+from adapter.risk import measures as risk
 
 
 def write_export(root: Path, n: int, seed: int = 0) -> None:

@@ -22,11 +22,11 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from adapter.service_auth import add_client  # noqa: E402
+from adapter.http.auth import add_client  # noqa: E402
 from fhir_transforms.keys import init_key_file  # noqa: E402
 from fhir_transforms.keys import load_key  # noqa: E402
 from fhir_transforms.pseudonym import Pseudonymizer  # noqa: E402
-from fhir_transforms.record import Deidentifier  # noqa: E402
+from fhir_transforms.r4.record import Deidentifier  # noqa: E402
 from fhir_transforms.rules import load_profile  # noqa: E402
 from text_deid.stack import build_stack  # noqa: E402
 
@@ -60,7 +60,7 @@ def main() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {k: v for k, v in os.environ.items() if not k.startswith("DEID_ADAPTER_")}
-    server = subprocess.Popen([sys.executable, "-m", "adapter.cli", "serve", "--port", str(port), "--tokens",
+    server = subprocess.Popen([sys.executable, "-m", "adapter.cli.main", "serve", "--port", str(port), "--tokens",
                                str(tmp / "tokens.json"), "--key-file", str(key_file), "--stack", "patterns",
                                "--workers", str(args.clients)], cwd=ROOT, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -67,7 +67,7 @@ def collect(resources: Iterable[dict]) -> set[KnownIdentifier]:
     """Known identifiers of the people in the record (names, telecom, addresses, ids, birth dates).
 
     Identifier values, dates and person reference displays elsewhere are recorded by the rule methods
-    as they transform them (fhir_transforms/methods.py), so one walk serves both.
+    as they transform them (fhir_transforms/r4/methods.py), so one walk serves both.
     """
     found: set[KnownIdentifier] = set()
     for res in resources:

@@ -8,8 +8,9 @@ from pathlib import Path
 import yaml
 
 from fhir_transforms.fpe import FpeFormat
+import mappings
 
-MAPPINGS = Path(__file__).resolve().parent.parent / "mappings" / "fhir"
+MAPPINGS = Path(mappings.__file__).resolve().parent / "fhir"
 METHODS = {"remove", "keep", "year", "shift", "pseudonym", "zip3", "age90", "text", "fpe"}
 PROFILES = ("safe-harbor", "longitudinal", "longitudinal-fpe")
 
@@ -34,7 +35,7 @@ class Profile:
     identifier_remove_systems: frozenset[str]
     extension_allow: frozenset[str]
     modifier_extension_allow: frozenset[str]
-    plans: dict = field(default_factory=dict, repr=False)  # the walker's per-path plans (fhir_transforms/walker.py)
+    plans: dict = field(default_factory=dict, repr=False)  # the walker's per-path plans (fhir_transforms/r4/walker.py)
 
     def lookup(self, path: str, owner: str, owner_is_resource: bool, element: str, element_type: str) -> Rule | None:
         """The most specific rule for an element: full path, then owner.element, then type (the walker

@@ -6,8 +6,9 @@ from functools import lru_cache
 from pathlib import Path
 
 import yaml
+import mappings
 
-DATA = Path(__file__).resolve().parent.parent / "mappings" / "data" / "restricted-zip3.yaml"
+DATA = Path(mappings.__file__).resolve().parent / "data" / "restricted-zip3.yaml"
 US_ZIP_RE = re.compile(r"^\s*(\d{3})\d{2}(?:-?\d{4})?\s*$")
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from fhir_transforms.keys import Key, key_id_for, load_key
 from fhir_transforms.pseudonym import Pseudonymizer
-from fhir_transforms.record import Deidentifier
+from fhir_transforms.r4.record import Deidentifier
 from fhir_transforms.rules import load_profile
 from text_deid.stack import build_stack
 
@@ -69,7 +69,7 @@ def run_cli(*args: str, key_file: Path | None = None, check: bool = False) -> su
     env = {k: v for k, v in os.environ.items() if not k.startswith("DEID_ADAPTER_")}
     if key_file:
         env["DEID_ADAPTER_KEY_FILE"] = str(key_file)
-    proc = subprocess.run([sys.executable, "-m", "adapter.cli", *args], cwd=ROOT, env=env, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "adapter.cli.main", *args], cwd=ROOT, env=env, capture_output=True, text=True)
     if check and proc.returncode != 0:
         raise AssertionError(f"exit {proc.returncode}: {proc.stderr[-2000:]}")
     return proc

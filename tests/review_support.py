@@ -11,11 +11,11 @@ from pathlib import Path
 
 import uvicorn
 
-from adapter.audit import AuditTrail, database_url
-from adapter.review_app import ReviewConfig
-from adapter.review_auth import UserStore, add_user
-from adapter.review_flow import route
-from adapter.review_queue import ReviewQueue, Thresholds
+from adapter.audit.trail import AuditTrail, database_url
+from adapter.review.app import ReviewConfig
+from adapter.review.auth import UserStore, add_user
+from adapter.review.flow import route
+from adapter.review.queue import ReviewQueue, Thresholds
 from fhir_transforms import keys
 from tests.conftest import make_engine
 

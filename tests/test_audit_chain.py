@@ -11,7 +11,7 @@ import threading
 import pytest
 from sqlalchemy import create_engine, text
 
-from adapter.audit import AuditEntry, AuditError, AuditTrail, _record_hash
+from adapter.audit.trail import AuditEntry, AuditError, AuditTrail, _record_hash
 from tests.audit_stores import audit_key, store_url  # noqa: F401 — fixture
 
 N = 20
@@ -191,7 +191,7 @@ def test_awkward_text_round_trips_and_verifies(store_url):  # noqa: F811
 
 def _record_as_first_written(secret: bytes, seq: int, prev: str, **fields) -> dict:
     """A record made the way the first release of the trail made it (json.dumps of the hashed fields, hmac.new),
-    independently of adapter.audit: the record format must not drift."""
+    independently of adapter.audit.trail: the record format must not drift."""
     values = {"time": "2026-01-02T03:04:05.678901+00:00", "actor": "alice@host", "channel": "cli",
               "operation": "deidentify", "data_format": "fhir", "input_sha256": "1" * 64, "output_sha256": "2" * 64,
               "profile": "safe-harbor", "rules_version": "2026.1", "stack": "patterns",
@@ -283,7 +283,7 @@ def test_concurrent_threads_and_first_use_keep_one_chain(store_url):  # noqa: F8
 
 
 def test_postgres_url_spelling_is_accepted():
-    from adapter.audit import database_url
+    from adapter.audit.trail import database_url
 
     assert database_url("postgresql://u@h/db").startswith("postgresql+psycopg://")
     assert create_engine(database_url("postgres://u@h/db")).dialect.name == "postgresql"

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from adapter.audit import AuditTrail, sha256_of
-from adapter.cli import app
+from adapter.audit.trail import AuditTrail, sha256_of
+from adapter.cli.main import app
 from fhir_transforms import keys
 from fhir_transforms.pseudonym import Pseudonymizer
 from text_deid.stack import DEFAULT_STACK
@@ -183,7 +183,7 @@ def test_vault_round_trip_denials_and_one_chain_across_edges(setup):
 
 def test_vault_entry_moved_to_another_pseudonym_does_not_decrypt(setup):
     deidentify(setup, "--vault", "--vault-key-file", str(setup["vault_key"]))
-    from adapter.vault import ReidentificationDenied, Vault, entries
+    from adapter.audit.vault import ReidentificationDenied, Vault, entries
 
     vault = Vault(setup["vault_store"])
     with vault.engine.connect() as conn:

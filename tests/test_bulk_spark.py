@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from adapter.bulk import SUMMARY_NAME, WORK_DIR, deidentify_export
-from adapter.bulk_spark import SparkUnavailable, check_spark
+from adapter.bulk.job import SUMMARY_NAME, WORK_DIR, deidentify_export
+from adapter.bulk.spark import SparkUnavailable, check_spark
 from tests.bulk_support import TODAY, assert_same_tree, reference_output, refusing_export, run_bulk
 from tests.conftest import TEST_SECRET
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from adapter.cli import app
+from adapter.cli.main import app
 from fhir_transforms.errors import RecordRefused
 from tests.conftest import make_engine, run_cli, write_key
 

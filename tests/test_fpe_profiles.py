@@ -8,10 +8,10 @@ from datetime import date
 import pytest
 from typer.testing import CliRunner
 
-from adapter.audit import AuditTrail
-from adapter.cli import app
-from adapter.hl7_deid import HL7Deidentifier
-from adapter.hl7_rules import load_hl7_profile
+from adapter.audit.trail import AuditTrail
+from adapter.cli.main import app
+from fhir_transforms.hl7v2.engine import HL7Deidentifier
+from fhir_transforms.hl7v2.rules import load_hl7_profile
 from fhir_transforms import keys
 from fhir_transforms.rules import load_profile
 from tests.conftest import make_engine

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adapter import hl7_message as er7
-from adapter.hl7_deid import HL7Deidentifier
-from adapter.hl7_rules import dtm_shift, dtm_year, load_hl7_profile
+from fhir_transforms.hl7v2 import message as er7
+from fhir_transforms.hl7v2.engine import HL7Deidentifier
+from fhir_transforms.hl7v2.rules import dtm_shift, dtm_year, load_hl7_profile
 from fhir_transforms.errors import InputError, RecordRefused
 from fhir_transforms.pseudonym import Pseudonymizer
 from tests.conftest import FIXED_TODAY, make_engine, run_cli
@@ -104,7 +104,7 @@ def test_control_id_is_a_keyed_pseudonym_per_sender(deid, test_key):
 
 def site_profile(tmp_path, monkeypatch, yaml_text: str):
     """A site's profile that extends safe-harbor, read by the same loader as the shipped ones."""
-    from adapter import hl7_rules
+    from fhir_transforms.hl7v2 import rules as hl7_rules
 
     for name in ("safe-harbor",):
         (tmp_path / f"{name}.yaml").write_text((hl7_rules.MAPPINGS / f"{name}.yaml").read_text())
@@ -200,7 +200,7 @@ def test_longitudinal_shifts_one_offset_per_patient(test_key):
 def test_cli_bad_message_exit_2_and_detector_failure_exit_3_write_nothing(tmp_path, test_key_file, monkeypatch):
     from typer.testing import CliRunner
 
-    from adapter.cli import app
+    from adapter.cli.main import app
     from text_deid import stack
 
     src = tmp_path / "in"

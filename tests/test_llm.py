@@ -198,7 +198,7 @@ def test_no_endpoint_no_server_or_no_model_make_the_detector_unavailable(ollama,
 
 
 def test_the_prompt_version_and_hash_land_in_audit_records(ollama):
-    from adapter.audit import engine_versions
+    from adapter.audit.trail import engine_versions
     from text_deid.stack import TextStack
 
     llm = detector(ollama)

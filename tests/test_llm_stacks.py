@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from adapter.cli import app
+from adapter.cli.main import app
 from tests.conftest import run_cli
 from tests.ollama_stub import OllamaStub
 from text_deid import stack as stack_module

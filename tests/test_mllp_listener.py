@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from adapter import mllp
-from adapter.mllp import FrameDecoder, build_ack, frame, parse_header, read_ack
+from adapter.mllp import listener as mllp
+from adapter.mllp.listener import FrameDecoder, build_ack, frame, parse_header, read_ack
 from fhir_transforms.errors import InputError, RecordRefused
 
 HOST = "127.0.0.1"
@@ -409,7 +409,7 @@ def test_stop_finishes_the_message_in_hand_and_keeps_it_queued(tmp_path):
 
     code, stats = run(scenario())
     assert code == "AA" and stats.accepted == 1
-    from adapter.mllp_store import Store
+    from adapter.mllp.store import Store
     assert [q.control_id for q in Store(tmp_path / "q.sqlite").pending()] == ["INFLIGHT-1"]
 
 
@@ -494,8 +494,8 @@ def _refuse(text: str) -> str:
 
 
 def test_every_accepted_and_refused_message_is_audited_before_its_ack(tmp_path):
-    from adapter.audit import AuditTrail
-    from adapter.mllp_cli import _audit_hook
+    from adapter.audit.trail import AuditTrail
+    from adapter.cli.mllp import _audit_hook
     from fhir_transforms.keys import init_key_file
 
     init_key_file(tmp_path / "audit.key", "audit")
@@ -574,7 +574,7 @@ def test_the_listener_runs_on_uvloop_where_installed_and_on_asyncio_without(tmp_
 def test_each_message_is_audited_before_it_is_queued_and_a_failed_audit_queues_nothing(tmp_path, monkeypatch):
     """The queue commit of a group starts only after its audit transaction returned; when the audit fails the
     sender gets AR and nothing of its group reaches the queue."""
-    from adapter.mllp_store import Store
+    from adapter.mllp.store import Store
 
     audited: list[str] = []
     order_broken: list[str] = []
@@ -620,7 +620,7 @@ def test_each_message_is_audited_before_it_is_queued_and_a_failed_audit_queues_n
 
 def test_a_queue_failure_after_the_audit_is_answered_ar(tmp_path, monkeypatch):
     """The audit record is written, the queue commit fails: the sender hears AR (and resends), never AA."""
-    from adapter.mllp_store import Store
+    from adapter.mllp.store import Store
 
     enqueue_many = Store.enqueue_many
 

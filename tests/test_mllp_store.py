@@ -4,7 +4,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 
-from adapter.mllp_store import AsyncStore, Incoming, Store
+from adapter.mllp.store import AsyncStore, Incoming, Store
 
 
 def item(n: int, sender: str = "LAB|NORTH") -> Incoming:
@@ -77,7 +77,7 @@ def test_items_submitted_while_the_commit_lingers_join_its_batch(tmp_path):
     """A lingering group commit writes the items that arrive during its wait in the same batch."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from adapter.mllp_store import GroupCommit
+    from adapter.mllp.store import GroupCommit
 
     batches: list[list[int]] = []
 

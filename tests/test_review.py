@@ -10,11 +10,11 @@ import uuid
 import pytest
 from fastapi.testclient import TestClient
 
-from adapter.review_app import create_review_app
-from adapter.review_auth import UserStore, UsersFileError, check_password, hash_password
-from adapter.review_export import export_examples
-from adapter.review_flow import DecisionError, decide, release, route
-from adapter.review_queue import QueueError, ReviewQueue, Thresholds, iter_sealed
+from adapter.review.app import create_review_app
+from adapter.review.auth import UserStore, UsersFileError, check_password, hash_password
+from adapter.review.export import export_examples
+from adapter.review.flow import DecisionError, decide, release, route
+from adapter.review.queue import QueueError, ReviewQueue, Thresholds, iter_sealed
 from fhir_transforms import keys
 from fhir_transforms.errors import RecordRefused
 from tests.review_support import NOTE, PASSWORDS, make_setup, observation, released_text, secrets_of

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from playwright.sync_api import sync_playwright
 
-from adapter.review_app import create_review_app
+from adapter.review.app import create_review_app
 from tests.review_support import NOTE, PASSWORDS, LiveServer, make_setup, released_text, secrets_of
 
 CHROMIUM = os.environ.get("DEID_ADAPTER_CHROMIUM", "/usr/bin/chromium")

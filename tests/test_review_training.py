@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import random
 
-from adapter.review_training import fine_tune, load_examples
+from adapter.review.training import fine_tune, load_examples
 from text_deid.detectors.ner import NerDetector
 
 WORDS_REVIEWED = ["ZEBRA", "PURPLE", "TANGO", "COBALT", "HERON", "MAPLE", "QUARTZ", "DELTA", "OTTER", "AMBER",

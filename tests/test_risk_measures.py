@@ -1,11 +1,11 @@
-"""Risk measures on small constructed populations whose answers are computed by hand (adapter/risk.py)."""
+"""Risk measures on small constructed populations whose answers are computed by hand (adapter/risk/measures.py)."""
 from __future__ import annotations
 
 import base64
 
 import pytest
 
-from adapter import risk
+from adapter.risk import measures as risk
 
 # Three classes over (birth_year, gender): sizes 3, 2 and 1; n = 6, J = 3.
 ROWS = [("1950", "F")] * 3 + [("1960", "M")] * 2 + [("1970", "F")]

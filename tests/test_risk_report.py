@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from adapter.cli import app
+from adapter.cli.main import app
 from text_deid.stack import DEFAULT_STACK
 from tests.conftest import SHARED, run_cli
 

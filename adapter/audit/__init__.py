@@ -1,0 +1,1 @@
+"""The audit trail (hash-chained records) and the re-identification vault."""

@@ -1,0 +1,1 @@
+"""The bulk edge: FHIR Bulk Data exports, locally or on Spark."""

@@ -1,0 +1,1 @@
+"""Command line: one module per command, `common` for what they share, `main` registers them."""

@@ -1,0 +1,266 @@
+"""`deid-adapter audit verify|export`, `deid-adapter vault reidentify`, `deid-adapter keys rotate|list`, and the
+audit options every de-identifying command takes. Registered at the bottom of adapter/cli/main.py."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+import time
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from adapter.audit import trail as audit
+from adapter.audit.trail import AuditError, AuditSession, AuditTrail
+from fhir_transforms import keys
+from adapter.audit.vault import Vault, VaultError, vault_url
+from adapter import files as fhir_files
+from adapter.audit.vault import ReidentificationDenied, Vault, VaultError, reidentify as relink, vault_url
+from adapter.audit.vault import ReidentificationDenied, VaultError, reverse_fpe as reverse
+
+EXIT_BROKEN = 1  # audit verify: the chain does not hold
+
+audit_app = typer.Typer(help="Verify and export the audit trail.", no_args_is_help=True)
+vault_app = typer.Typer(help="The re-identification vault (off unless a command runs with --vault).", no_args_is_help=True)
+
+AuditOpt = typer.Option(None, "--audit", envvar=audit.AUDIT_ENV, show_envvar=True,
+                        help="Audit store: a SQLAlchemy URL (postgresql://…) or a SQLite path; 'off' records nothing. "
+                             "Default ~/.local/state/deid-adapter/audit.sqlite.")
+AuditKeyOpt = typer.Option(None, "--audit-key-file", envvar=audit.AUDIT_KEY_ENV, show_envvar=True,
+                           help="Audit key (signs the trail). Default audit.key beside the default store, made on first use.")
+ActorOpt = typer.Option(None, "--actor", envvar=audit.ACTOR_ENV, show_envvar=True,
+                        help="Who acts, for the audit trail. Default user@host.")
+VaultFlag = typer.Option(False, "--vault", help="Store each pseudonym's original, encrypted with the vault key, for "
+                                                "controlled re-identification (off by default).")
+VaultKeyOpt = typer.Option(None, "--vault-key-file", envvar="DEID_ADAPTER_VAULT_KEY_FILE", show_envvar=True,
+                           help="Vault key (`keys init --purpose vault PATH`).")
+VaultStoreOpt = typer.Option(None, "--vault-store", envvar="DEID_ADAPTER_VAULT", show_envvar=True,
+                             help="Vault store: a SQLAlchemy URL or a SQLite path. Default ~/.local/state/deid-adapter/vault.sqlite.")
+
+
+def fail(message: str, code: int = 2) -> None:
+    typer.echo(f"deid-adapter: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def open_trail(target: Optional[str], key_file: Optional[Path]) -> Optional[AuditTrail]:
+    """The audit trail the options name, None for 'off'; exit 2 when it cannot be opened."""
+    if str(target).lower() == audit.OFF:
+        typer.echo("deid-adapter: audit trail off: nothing of this run is recorded", err=True)
+        return None
+    try:
+        return AuditTrail.open(target, key_file)
+    except AuditError as e:
+        fail(str(e))
+
+
+def open_session(engine, data_format: str, target: Optional[str], key_file: Optional[Path], actor: Optional[str],
+                 vault: bool = False, vault_key_file: Optional[Path] = None, channel: str = "cli") -> AuditSession:
+    """The audit session of one command run; with --vault, the engine's pseudonyms also go to the vault."""
+    trail = open_trail(target, key_file)
+    store = None
+    if vault:
+        try:
+            store = Vault(vault_url(), keys.load_key(vault_key_file, "vault"))
+        except (keys.KeyError_, VaultError) as e:
+            fail(f"vault: {e}")
+        engine.pseudo.on_issue = store.recorder(engine.pseudo.key_id)
+    return AuditSession(trail, engine, actor=actor or audit.default_actor(), channel=channel,
+                        data_format=data_format, vault=store)
+
+
+def record_file(account: AuditSession, audited: list, data: bytes, ndjson: bool) -> None:
+    """Audit the records of one output file and commit: (input, resource type, findings, where) per record,
+    and the file's bytes.
+
+    A record's output hash is that of the bytes written for it (the .json file, or its NDJSON line without the
+    newline), so `sha256sum` of a released file matches; the input hash is of the input as given (its bytes
+    as read, or a held record's canonical JSON)."""
+    written = data.split(b"\n")[:-1] if ndjson else [data]
+    for (given, root, findings, where), out in zip(audited, written, strict=True):
+        account.deidentified(given, out, findings, where, root)
+    account.commit()
+
+
+def _trail_for_reading(target: Optional[str], key_file: Optional[Path]) -> AuditTrail:
+    if str(target).lower() == audit.OFF:
+        fail("--audit off: there is no trail to read")
+    return open_trail(target, key_file)
+
+
+@audit_app.command("verify")
+def verify(target: Optional[str] = AuditOpt, key_file: Optional[Path] = AuditKeyOpt,
+           as_json: bool = typer.Option(False, "--json", help="Print the report as JSON.")) -> None:
+    """Walk the chain; report the first broken record (changed, deleted, inserted, reordered, wrong signature, truncated).
+
+    Exit 0 when the chain holds, 1 when it does not, 2 when the store or key cannot be read."""
+    trail = _trail_for_reading(target, key_file)
+    start = time.perf_counter()
+    try:
+        report = trail.verify()
+    except AuditError as e:
+        fail(str(e))
+    elapsed = time.perf_counter() - start
+    if as_json:
+        typer.echo(json.dumps({**report.to_json(), "seconds": round(elapsed, 3)}))
+    elif report.ok:
+        typer.echo(f"ok: {report.records} records, head checkpoint record {report.head_seq} {report.head_hash} "
+                   f"({elapsed:.2f} s)")
+    else:
+        typer.echo(f"BROKEN at record {report.broken.seq} ({report.broken.kind}): {report.broken.message}")
+    if not report.ok:
+        raise typer.Exit(EXIT_BROKEN)
+
+
+CSV_COLUMNS = ("seq", "time", "actor", "channel", "operation", "data_format", "profile", "rules_version", "stack",
+               "key_id", "input_sha256", "output_sha256", "phi_categories", "phi_locations", "purpose", "detail")
+
+
+def _csv_row(rec: dict) -> dict:
+    counts: dict[str, int] = {}
+    for f in rec["findings"]:
+        counts[f["category"]] = counts.get(f["category"], 0) + 1
+    detail = rec["detail"]
+    return {**{c: rec[c] for c in CSV_COLUMNS if c in rec},
+            "phi_categories": ";".join(f"{c}:{n}" for c, n in sorted(counts.items())),
+            "phi_locations": len(rec["findings"]),
+            "purpose": detail.get("reason", ""),
+            "detail": json.dumps(detail, sort_keys=True, ensure_ascii=False) if detail else ""}
+
+
+@audit_app.command("export")
+def export(target: Optional[str] = AuditOpt, key_file: Optional[Path] = AuditKeyOpt,
+           fmt: str = typer.Option("csv", "--format", help="csv or json."),
+           output: Optional[Path] = typer.Option(None, "--out", help="Write here (default stdout)."),
+           since: Optional[str] = typer.Option(None, "--since", help="From this UTC time (ISO 8601), inclusive."),
+           until: Optional[str] = typer.Option(None, "--until", help="Before this UTC time (ISO 8601)."),
+           operation: Optional[List[str]] = typer.Option(None, "--operation",
+                                                         help="Only these operations (deidentify, refuse, review, "
+                                                              "reidentify, reidentify-denied); repeatable."),
+           check: bool = typer.Option(True, "--verify/--no-verify", help="Verify the chain first (default) and "
+                                                                       "refuse to export a broken one.")) -> None:
+    """Accounting of disclosures: one row per audit record (who, when, what, which rules and key, PHI categories found)."""
+    if fmt not in ("csv", "json"):
+        fail(f"--format must be csv or json, not {fmt!r}")
+    trail = _trail_for_reading(target, key_file)
+    try:
+        if check:
+            report = trail.verify()
+            if not report.ok:
+                fail(f"the audit chain is broken at record {report.broken.seq} ({report.broken.kind}): "
+                     f"{report.broken.message}; not exporting (--no-verify to export anyway)", EXIT_BROKEN)
+        rows = list(trail.export(since, until, operation or ()))
+    except AuditError as e:
+        fail(str(e))
+    if fmt == "json":
+        data = json.dumps({"records": rows, "count": len(rows)}, ensure_ascii=False, indent=1) + "\n"
+    else:
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, CSV_COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(_csv_row(r) for r in rows)
+        data = buf.getvalue()
+    if output:
+        fhir_files.write_atomic(output, data.encode())
+        typer.echo(f"{len(rows)} record(s) written to {output}", err=True)
+    else:
+        sys.stdout.write(data)
+
+
+@vault_app.command("reidentify")
+def reidentify(pseudonym: str = typer.Argument(..., help="A pseudonym from a de-identified output."),
+               reason: str = typer.Option(..., "--reason", help="Why (required; recorded verbatim in the audit "
+                                                                "trail, so name the request, not the patient)."),
+               vault_key_file: Optional[Path] = VaultKeyOpt, vault_store: Optional[str] = VaultStoreOpt,
+               target: Optional[str] = AuditOpt, key_file: Optional[Path] = AuditKeyOpt,
+               actor: Optional[str] = ActorOpt) -> None:
+    """Return the original behind PSEUDONYM, with the vault key only; every attempt is audited first.
+
+    Prints one JSON line per match: pseudonym, namespace, key_id (the pseudonym key), original."""
+    if not reason.strip():
+        fail("--reason must say why")
+    trail = _trail_for_reading(target, key_file)
+    ring: list[keys.Key] = []
+    key_problem = None
+    if vault_key_file:
+        try:
+            ring = [k for _, k, _ in keys.key_ring(vault_key_file, "vault")]
+        except keys.KeyError_ as e:
+            key_problem = str(e)
+    try:
+        store = Vault(vault_url(vault_store))
+        found = relink(store, trail, pseudonym, ring, actor=actor or audit.default_actor(), reason=reason)
+    except ReidentificationDenied as e:
+        fail(f"re-identification denied: {key_problem or e} (the attempt is recorded in the audit trail)")
+    except (VaultError, AuditError) as e:
+        fail(str(e))
+    for r in found:
+        typer.echo(json.dumps({"pseudonym": r.pseudonym, "namespace": r.namespace, "key_id": r.key_id,
+                               "original": r.original}, ensure_ascii=False))
+
+
+@vault_app.command("reverse-fpe")
+def reverse_fpe(pseudonym: str = typer.Argument(..., help="An `fpe` pseudonym from a de-identified output."),
+                system: str = typer.Option(..., "--system", help="The identifier's system (FHIR Identifier.system; "
+                                                                 "for HL7v2 the system its CX-4 authority maps to)."),
+                reason: str = typer.Option(..., "--reason", help="Why (required; recorded verbatim in the audit "
+                                                                 "trail, so name the request, not the patient)."),
+                key_file: Path = typer.Option(..., "--key-file", help="The pseudonym key of the output (the FPE key "
+                                                                      "is derived from it)."),
+                alphabet: str = typer.Option("digits", "--alphabet", help="The rule's alphabet setting."),
+                keep_prefix: int = typer.Option(0, "--keep-prefix", help="The rule's keep_prefix setting."),
+                check_digit: str = typer.Option("none", "--check-digit", help="The rule's check_digit setting."),
+                target: Optional[str] = AuditOpt, audit_key_file: Optional[Path] = AuditKeyOpt,
+                actor: Optional[str] = ActorOpt) -> None:
+    """Return the original behind a format-preserving (FF3-1) pseudonym, with the key only; every attempt is audited first.
+
+    Prints one JSON line: pseudonym, namespace, key_id (compare it with the key id the output names), original."""
+    if not reason.strip():
+        fail("--reason must say why")
+    trail = _trail_for_reading(target, audit_key_file)
+    key, key_problem = None, None
+    try:
+        key = keys.load_key(key_file)
+    except keys.KeyError_ as e:
+        key_problem = str(e)
+    options = {"alphabet": alphabet, "keep_prefix": keep_prefix, "check_digit": check_digit}
+    try:
+        original = reverse(trail, pseudonym, system, key, options, actor=actor or audit.default_actor(), reason=reason)
+    except ReidentificationDenied as e:
+        fail(f"re-identification denied: {key_problem or e} (the attempt is recorded in the audit trail)")
+    except (VaultError, AuditError) as e:
+        fail(str(e))
+    typer.echo(json.dumps({"pseudonym": pseudonym, "namespace": "identifier|" + system, "key_id": key.key_id,
+                           "original": original}, ensure_ascii=False))
+
+
+def keys_rotate(path: Path = typer.Argument(..., help="The key file to rotate (any purpose).")) -> None:
+    """Put a new key at PATH and keep the old one as PATH.<old key id>.
+
+    New pseudonyms differ from the old ones, and every output names its key id, so old and new data are
+    never silently joined. Keep retired keys: they verify old audit records and open old vault entries."""
+    try:
+        old, new, archive = keys.rotate_key_file(path)
+    except keys.KeyError_ as e:
+        fail(str(e))
+    except OSError as e:
+        fail(f"{path}: {e.strerror}")
+    typer.echo(f"key {new.key_id} written to {path}; retired key {old.key_id} kept at {archive}")
+
+
+def keys_list(paths: List[Path] = typer.Argument(..., help="Key files; each one's retired keys are listed too.")) -> None:
+    """Key id, purpose, creation time and state of each key (never the key)."""
+    for path in paths:
+        try:
+            purpose = keys.key_purpose(path)
+            ring = keys.key_ring(path, purpose)
+        except keys.KeyError_ as e:
+            fail(str(e))
+        for file, key, current in ring:
+            try:
+                created = json.loads(file.read_text()).get("created", "")
+            except (OSError, ValueError):
+                created = ""
+            typer.echo(f"{key.key_id}\t{purpose}\t{'current' if current else 'retired'}\t{created or '-'}\t{file}")

@@ -1,0 +1,89 @@
+"""`deid-adapter bulk IN OUT`: de-identify a FHIR Bulk Data export (NDJSON), resumable, locally or on Spark."""
+from __future__ import annotations
+
+import os
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from adapter.cli.common import KeyFile, LlmModel, LlmUrl
+
+from adapter.cli import audit as audit_cli
+from adapter.audit.trail import AuditError
+from adapter.audit.trail import default_actor as audit_default_actor
+from adapter.bulk.job import deidentify_export
+from adapter.cli.common import EXIT_BAD_INPUT, EXIT_REFUSED, fail
+from fhir_transforms import keys
+from fhir_transforms.errors import InputError
+from fhir_transforms.rules import ProfileError
+from text_deid.stack import LlmSettings, StackUnavailable
+
+
+class Engine(str, Enum):
+    local = "local"
+    spark = "spark"
+
+
+def bulk(
+    input: Path = typer.Argument(..., help="A FHIR Bulk Data export folder (.ndjson files, and its manifest if any)."),
+    output: Path = typer.Argument(..., help="Where to write: the same layout, a new manifest, deid-summary.json."),
+    engine: Engine = typer.Option(Engine.local, "--engine", help="local (a process pool) or spark."),
+    workers: int = typer.Option(os.cpu_count() or 1, "--workers", min=1,
+                                help="Worker processes (local), or N of Spark's local[N]."),
+    master: Optional[str] = typer.Option(None, "--master", help="Spark master URL (spark engine); default local[WORKERS]."),
+    profile: str = typer.Option("safe-harbor", "--profile", help="safe-harbor (default) or longitudinal."),
+    stack: Optional[str] = typer.Option(None, "--stack", help="Text stack: patterns, no-llm, precision-first, "
+                                                              "recall-first, balanced."),
+    key_file: Optional[Path] = KeyFile,
+    validate: str = typer.Option("full", "--validate", help="full, sample (1 resource in 20) or off."),
+    today: Optional[str] = typer.Option(None, "--today", help="Reference day for ages (YYYY-MM-DD); default: today, "
+                                                              "or the day an interrupted run started."),
+    fail_fast: bool = typer.Option(False, "--fail-fast", help="Stop at the first refused resource."),
+    chunk_kb: int = typer.Option(1024, "--chunk-kb", min=1, help="Input bytes per unit of work and checkpoint."),
+    llm_url: Optional[str] = LlmUrl,
+    llm_model: Optional[str] = LlmModel,
+    audit_store: Optional[str] = audit_cli.AuditOpt,
+    audit_key_file: Optional[Path] = audit_cli.AuditKeyOpt,
+    actor: Optional[str] = audit_cli.ActorOpt,
+) -> None:
+    """De-identify a bulk export into OUTPUT. Refused resources are listed in the summary; the rest is written.
+
+    Killed and started again with the same arguments, it resumes from its checkpoint journal.
+    Exit 0: all written; 2: bad usage or resources that are not valid FHIR; 3: resources refused.
+    """
+    from datetime import date
+
+    if validate not in ("full", "sample", "off"):
+        fail(f"--validate must be full, sample or off, not {validate!r}")
+    try:
+        if today:
+            date.fromisoformat(today)
+        key = keys.load_key(key_file)
+    except (keys.KeyError_, ValueError) as e:
+        fail(str(e))
+    if engine is Engine.spark:
+        from adapter.bulk.spark import SparkUnavailable, check_spark
+
+        try:
+            check_spark()
+        except SparkUnavailable as e:
+            fail(str(e))
+    trail = audit_cli.open_trail(audit_store, audit_key_file)
+    try:
+        outcome = deidentify_export(input, output, key.secret, profile=profile, stack=stack, validate=validate,
+                                    today=today, engine=engine.value, workers=workers, master=master,
+                                    chunk_bytes=chunk_kb * 1024, fail_fast=fail_fast, llm=LlmSettings(llm_url, llm_model),
+                                    trail=trail, actor=actor or audit_default_actor())
+    except (InputError, ProfileError, StackUnavailable, AuditError) as e:
+        fail(str(e))
+    if outcome.stopped:
+        raise typer.Exit(EXIT_REFUSED)
+    typer.echo(f"bulk: {outcome.written:,} resources written to {output}, {outcome.refused} refused, "
+               f"{outcome.invalid} not valid FHIR (see deid-summary.json); "
+               f"{outcome.resumed_chunks} chunks taken from an interrupted run", err=True)
+    if outcome.invalid:
+        raise typer.Exit(EXIT_BAD_INPUT)
+    if outcome.refused:
+        raise typer.Exit(EXIT_REFUSED)

@@ -1,0 +1,103 @@
+"""`deid-adapter fhir`: de-identify FHIR R4 files and folders."""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from adapter import files as fhir_files
+from adapter.audit.trail import AuditError
+from adapter.cli import audit as audit_cli
+from adapter.cli.common import (EXIT_BAD_INPUT, EXIT_REFUSED, KeyFile, LlmModel, LlmUrl, StackOpt, Validation,
+                                deidentifier, fail)
+from fhir_transforms.errors import InputError, RecordRefused
+from text_deid.stack import LlmSettings
+
+
+def fhir(
+    input: Path = typer.Argument(..., help="A Bundle or resource .json, an .ndjson file, or a folder of those."),
+    output: Path = typer.Argument(..., help="Where to write; mirrors INPUT."),
+    profile: str = typer.Option("safe-harbor", "--profile", help="safe-harbor (default) or longitudinal."),
+    stack: Optional[str] = StackOpt,
+    key_file: Optional[Path] = KeyFile,
+    validate: Validation = typer.Option(Validation.full, "--validate",
+                                        help="full: validate every input and output with the R4B models; "
+                                             "sample: one record in 20 (trusted bulk input); off: none."),
+    today: Optional[str] = typer.Option(None, "--today", help="Reference day for ages (YYYY-MM-DD); default: today."),
+    llm_url: Optional[str] = LlmUrl,
+    llm_model: Optional[str] = LlmModel,
+    audit: Optional[str] = audit_cli.AuditOpt,
+    audit_key_file: Optional[Path] = audit_cli.AuditKeyOpt,
+    actor: Optional[str] = audit_cli.ActorOpt,
+    vault: bool = audit_cli.VaultFlag,
+    vault_key_file: Optional[Path] = audit_cli.VaultKeyOpt,
+) -> None:
+    """De-identify FHIR R4 input into OUTPUT. Bad files are reported and skipped; the exit code says so."""
+    engine = deidentifier(key_file, profile, stack, validate is Validation.full, today, LlmSettings(llm_url, llm_model))
+    account = audit_cli.open_session(engine, "fhir", audit, audit_key_file, actor, vault, vault_key_file)
+    if input.resolve() == output.resolve():
+        fail("OUTPUT must differ from INPUT")
+    try:
+        inputs = fhir_files.list_inputs(input)
+    except InputError as e:
+        fail(str(e))
+    single = input.is_file()
+    if not inputs:
+        fail(f"{input}: no .json or .ndjson files")
+    counts = {"written": 0, "bad_input": 0, "refused": 0, "skipped": 0, "resources": 0}
+    for path, rel in inputs:
+        target = (output / rel.name if output.is_dir() else output) if single else output / rel
+        try:
+            f = fhir_files.read(path, rel)
+            results, audited = [], []
+            for n, (res, raw) in enumerate(zip(f.resources, f.raw), 1):
+                engine.validate = validate is Validation.full or (
+                    validate is Validation.sample and _sampled(path, n))
+                where = f"{path}: line {n}" if f.ndjson else str(path)
+                result = engine.deidentify(res, where, consume=True)  # read for this call only
+                results.append(result.resource)
+                audited.append((raw, res["resourceType"], result.findings, where))
+            data = fhir_files.serialize(results, f.ndjson)
+            audit_cli.record_file(account, audited, data, f.ndjson)  # durable before the output exists
+            fhir_files.write_atomic(target, data)
+        except AuditError as e:
+            fail(str(e))
+        except fhir_files.NoResources as e:
+            counts["skipped"] += 1
+            typer.echo(f"skipped  {e}", err=True)
+        except InputError as e:
+            account.discard()
+            counts["bad_input"] += 1
+            typer.echo(f"bad input  {e}", err=True)
+        except RecordRefused as e:
+            account.refused(raw, str(e), where, res.get("resourceType", ""))
+            try:
+                account.commit()
+            except AuditError as audit_error:
+                fail(str(audit_error))
+            counts["refused"] += 1
+            typer.echo(f"refused  {e}", err=True)
+        else:
+            counts["written"] += 1
+            counts["resources"] += len(results)
+            typer.echo(f"ok  {rel} ({len(results)} resource{'s' * (len(results) != 1)})", err=True)
+    typer.echo(
+        f"{counts['written']} file(s) written to {output} ({counts['resources']} resource(s)), "
+        f"{counts['refused']} refused, {counts['bad_input']} bad input, {counts['skipped']} skipped (no resources)",
+        err=True,
+    )
+    if counts["bad_input"]:
+        raise typer.Exit(EXIT_BAD_INPUT)
+    if counts["refused"]:
+        raise typer.Exit(EXIT_REFUSED)
+    if not counts["written"]:
+        fail("nothing to write: no input file held FHIR resources")
+
+
+def _sampled(path: Path, n: int) -> bool:
+    """Deterministic 1-in-20 sample, so a rerun validates the same records."""
+    return hashlib.sha256(f"{path.name}:{n}".encode()).digest()[0] % 20 == 0
+
+

@@ -1,0 +1,99 @@
+"""`deid-adapter hl7 IN OUT`: de-identify ER7 files (one or several messages each, batches too)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from adapter.cli.common import KeyFile, LlmModel, LlmUrl
+
+from adapter.audit import trail as audit
+from adapter.cli import audit as audit_cli
+from fhir_transforms.errors import InputError, RecordRefused
+from adapter import files as fhir_files
+from adapter.cli.common import EXIT_BAD_INPUT, EXIT_REFUSED, deidentifier, fail
+from fhir_transforms.hl7v2.engine import HL7Deidentifier
+from fhir_transforms.hl7v2.message import decode_bytes
+from fhir_transforms.hl7v2.rules import load_hl7_profile
+from fhir_transforms.rules import ProfileError
+from text_deid.stack import LlmSettings
+
+SUFFIXES = (".hl7", ".txt", ".er7")
+
+
+def list_inputs(root: Path) -> list[tuple[Path, Path]]:
+    """(path, path relative to the input root) for a file, or every .hl7/.txt/.er7 under a folder, sorted."""
+    if root.is_file():
+        return [(root, Path(root.name))]
+    if not root.is_dir():
+        raise InputError(f"{root}: no such file or folder")
+    found = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in SUFFIXES)
+    return [(p, p.relative_to(root)) for p in found]
+
+
+def hl7(
+    input: Path = typer.Argument(..., help="An ER7 file (.hl7, .txt, .er7) or a folder of them."),
+    output: Path = typer.Argument(..., help="Where to write; mirrors INPUT."),
+    profile: str = typer.Option("safe-harbor", "--profile", help="safe-harbor (default) or longitudinal."),
+    stack: Optional[str] = typer.Option(None, "--stack", help="Text stack: patterns, no-llm, precision-first, "
+                                                              "recall-first, balanced."),
+    key_file: Optional[Path] = KeyFile,
+    today: Optional[str] = typer.Option(None, "--today", help="Reference day for ages (YYYY-MM-DD); default: today."),
+    llm_url: Optional[str] = LlmUrl,
+    llm_model: Optional[str] = LlmModel,
+    audit_store: Optional[str] = audit_cli.AuditOpt,
+    audit_key_file: Optional[Path] = audit_cli.AuditKeyOpt,
+    actor: Optional[str] = audit_cli.ActorOpt,
+) -> None:
+    """De-identify HL7v2 ER7 messages into OUTPUT. Bad files are reported and skipped; the exit code says so."""
+    base = deidentifier(key_file, profile, stack, False, today, LlmSettings(llm_url, llm_model))
+    try:
+        engine = HL7Deidentifier(load_hl7_profile(profile), base.pseudo, base.stack, base.clock)
+    except ProfileError as e:
+        fail(str(e))
+    if input.resolve() == output.resolve():
+        fail("OUTPUT must differ from INPUT")
+    try:
+        inputs = list_inputs(input)
+    except InputError as e:
+        fail(str(e))
+    if not inputs:
+        fail(f"{input}: no .hl7, .txt or .er7 files")
+    trail = audit_cli.open_trail(audit_store, audit_key_file)
+    who = {"actor": actor or audit.default_actor(), "channel": "cli", "data_format": "hl7v2"}
+    single = input.is_file()
+    counts = {"written": 0, "bad_input": 0, "refused": 0, "messages": 0}
+    for path, rel in inputs:
+        target = (output / rel.name if output.is_dir() else output) if single else output / rel
+        try:
+            try:
+                text = decode_bytes(path.read_bytes())
+            except OSError as e:
+                raise InputError(f"{e.strerror}") from None
+            result = engine.deidentify_file_text(text)
+            data = result.encode("utf-8")
+            if trail is not None:  # durable before the output exists; one record per file
+                trail.record_deidentification(engine, input=text, output=data, **who)
+            fhir_files.write_atomic(target, data)
+        except audit.AuditError as e:
+            fail(str(e))
+        except InputError as e:
+            counts["bad_input"] += 1
+            typer.echo(f"bad input  {path}: {e}", err=True)
+        except RecordRefused as e:
+            counts["refused"] += 1
+            typer.echo(f"refused  {path}: {e}", err=True)
+            if trail is not None:
+                trail.record_refusal(engine, input=text, reason=str(e), **who)
+        else:
+            n = result.count("\rMSH") + result.startswith("MSH")
+            counts["written"] += 1
+            counts["messages"] += n
+            typer.echo(f"ok  {rel} ({n} message{'s' * (n != 1)})", err=True)
+    typer.echo(f"{counts['written']} file(s) written to {output} ({counts['messages']} messages), "
+               f"{counts['refused']} refused, {counts['bad_input']} bad input", err=True)
+    if counts["bad_input"]:
+        raise typer.Exit(EXIT_BAD_INPUT)
+    if counts["refused"]:
+        raise typer.Exit(EXIT_REFUSED)

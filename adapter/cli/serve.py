@@ -1,0 +1,96 @@
+"""`deid-adapter serve` and `deid-adapter tokens`: run the HTTP service and manage its client tokens."""
+from __future__ import annotations
+
+import logging
+from datetime import date
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from adapter.cli.common import LlmModel, LlmUrl
+
+from adapter.cli import audit as audit_cli
+from adapter.http.auth import OPERATIONS, TOKENS_ENV, TokenFileError, TokenStore, add_client
+from fhir_transforms import dates, keys
+
+tokens_app = typer.Typer(help="Manage the HTTP service's client tokens.", no_args_is_help=True)
+conformance_app = typer.Typer(help="Check a $de-identify server against the Safe Harbor checks.", no_args_is_help=True)
+
+
+def serve(
+    host: str = typer.Option("127.0.0.1", "--host"),
+    port: int = typer.Option(8080, "--port"),
+    tokens: Path = typer.Option(..., "--tokens", envvar=TOKENS_ENV, help="File of hashed client tokens."),
+    key_file: Optional[Path] = typer.Option(None, "--key-file", envvar=keys.KEY_FILE_ENV),
+    profile: str = typer.Option("safe-harbor", "--profile"),
+    stack: Optional[str] = typer.Option(None, "--stack"),
+    workers: int = typer.Option(2, "--workers", help="Threads doing de-identification (bounded pool)."),
+    max_body_mb: float = typer.Option(20.0, "--max-body-mb"),
+    timeout_s: float = typer.Option(120.0, "--timeout-s", help="Per-request de-identification time limit."),
+    ssl_certfile: Optional[Path] = typer.Option(None, "--ssl-certfile", help="Terminate TLS here (else use a reverse proxy)."),
+    ssl_keyfile: Optional[Path] = typer.Option(None, "--ssl-keyfile"),
+    today: Optional[str] = typer.Option(None, "--today", help="Reference day for ages (YYYY-MM-DD)."),
+    audit: Optional[str] = audit_cli.AuditOpt,
+    audit_key_file: Optional[Path] = audit_cli.AuditKeyOpt,
+    llm_url: Optional[str] = LlmUrl,
+    llm_model: Optional[str] = LlmModel,
+) -> None:
+    """Serve POST /fhir/$de-identify, POST /hl7v2/$de-identify, GET /fhir/metadata, /healthz, /readyz, /metrics."""
+    import uvicorn
+
+    from adapter.cli.common import fail
+    from adapter.http.service import ServiceConfig, create_app
+    from fhir_transforms.rules import ProfileError, load_profile
+    from text_deid.stack import LlmSettings, StackUnavailable, build_stack
+
+    llm = LlmSettings(llm_url, llm_model)
+    try:
+        key = keys.load_key(key_file)
+        store = TokenStore.load(tokens)
+        load_profile(profile)
+        build_stack(stack, llm)
+    except (keys.KeyError_, TokenFileError, ProfileError, StackUnavailable) as e:
+        fail(str(e))
+    clock = (lambda d=date.fromisoformat(today): d) if today else dates.today
+    trail = audit_cli.open_trail(audit, audit_key_file)
+    config = ServiceConfig(key, store, profile, stack, int(max_body_mb * 1024 * 1024), timeout_s, workers, clock, trail,
+                           llm=llm)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    uvicorn.run(create_app(config), host=host, port=port, access_log=False, log_level="warning",
+                ssl_certfile=str(ssl_certfile) if ssl_certfile else None,
+                ssl_keyfile=str(ssl_keyfile) if ssl_keyfile else None)
+
+
+@tokens_app.command("add")
+def tokens_add(file: Path = typer.Argument(..., help="Token file (created 0600)."),
+               client: str = typer.Option(..., "--client"),
+               operation: List[str] = typer.Option(list(OPERATIONS), "--op", help=f"Allowed: {', '.join(OPERATIONS)}")) -> None:
+    """Add a client; its token is printed once and only its SHA-256 is stored."""
+    from adapter.cli.common import fail
+
+    try:
+        token = add_client(file, client, operation)
+    except TokenFileError as e:
+        fail(str(e))
+    typer.echo(token)
+
+
+@conformance_app.command("check")
+def conformance_check(url: str = typer.Argument(..., help="Base URL of a $de-identify server."),
+                      samples: Path = typer.Option(..., "--samples", help="Folder of FHIR .json/.ndjson samples."),
+                      token: str = typer.Option(..., "--token", envvar="DEID_ADAPTER_TOKEN")) -> None:
+    """Post every sample, then check the answers: no leaked identifier, references resolve, outputs valid."""
+    import json
+
+    import httpx
+
+    from adapter.cli.common import fail
+    from conformance.check import check
+
+    try:
+        report = check(url, token, samples)
+    except httpx.HTTPError as e:
+        fail(f"{url}: {type(e).__name__}")
+    typer.echo(json.dumps(report.to_json()))
+    raise typer.Exit(0 if report.passed else 1)

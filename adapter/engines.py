@@ -1,0 +1,30 @@
+"""Builds the engines from settings, for every edge: one place that knows how a profile, a key, a stack and a
+clock make a de-identifier."""
+from __future__ import annotations
+
+from datetime import date
+from pathlib import Path
+from typing import Optional
+
+from fhir_transforms import dates, keys
+from fhir_transforms.pseudonym import Pseudonymizer
+from fhir_transforms.r4.record import Deidentifier
+from fhir_transforms.rules import ProfileError, load_profile
+from text_deid.stack import LlmSettings, StackUnavailable, build_stack
+
+
+class EngineSettingsError(ValueError):
+    """The settings cannot make an engine: a bad key, profile, stack or date. The message names which."""
+
+
+def fhir_engine(key_file: Optional[Path], profile: str, stack: Optional[str], validate: bool, today: Optional[str],
+                llm: Optional[LlmSettings] = None) -> Deidentifier:
+    """The FHIR engine for a key file, a packaged profile, a stack and an optional fixed day (YYYY-MM-DD)."""
+    try:
+        key = keys.load_key(key_file)
+        prof = load_profile(profile)
+        text_stack = build_stack(stack, llm)
+        clock = (lambda d=date.fromisoformat(today): d) if today else dates.today
+    except (keys.KeyError_, ProfileError, StackUnavailable, ValueError) as e:
+        raise EngineSettingsError(str(e)) from e
+    return Deidentifier(prof, Pseudonymizer(key), text_stack, clock, validate)

@@ -1,0 +1,1 @@
+"""The HTTP edge: the FHIR `$de-identify` service and its token authentication."""

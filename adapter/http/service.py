@@ -1,0 +1,299 @@
+"""The FHIR `$de-identify` operation over HTTP (FastAPI). The same engine, rules, keys and stacks as the CLI.
+
+Errors are OperationOutcomes: 400 bad JSON or invalid FHIR, 401/403 auth, 413 too large, 415 media type,
+422 refused (leak guard, unknown modifierExtension), 503 a detector unavailable or failed, 500 only for bugs.
+Nothing partial is ever returned. Logs and metrics carry client, operation, status, sizes, duration and
+the document hash, never PHI.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import time
+from contextlib import asynccontextmanager
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+from typing import Callable
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+
+from adapter.http.auth import Client, TokenStore
+from fhir_transforms import dates
+from fhir_transforms.errors import DetectorFailed, InputError, RecordRefused
+from fhir_transforms.keys import Key
+from fhir_transforms.pseudonym import Pseudonymizer
+from fhir_transforms.r4.record import Deidentifier
+from fhir_transforms.rules import ProfileError, load_profile
+from text_deid.stack import LlmSettings, StackUnavailable, build_stack
+import conformance
+
+FHIR_JSON = "application/fhir+json"
+JSON_TYPES = (FHIR_JSON, "application/json")
+HL7_TYPES = ("x-application/hl7-v2+er7", "application/hl7-v2", "text/plain")
+CONFORMANCE = Path(conformance.__file__).resolve().parent
+access_log = logging.getLogger("deid_adapter.access")
+
+
+@dataclass
+class ServiceConfig:
+    key: Key
+    tokens: TokenStore
+    profile: str = "safe-harbor"
+    stack: str | None = None
+    max_body_bytes: int = 20 * 1024 * 1024
+    timeout_s: float = 120.0
+    workers: int = 2
+    clock: Callable[[], date] = dates.today
+    audit: object | None = None  # adapter.audit.trail.AuditTrail; None records nothing (--audit off)
+    engines: dict = field(default_factory=dict)
+    llm: LlmSettings | None = None  # the Ollama endpoint of the LLM stacks (None: the environment)
+
+
+class HttpError(Exception):
+    def __init__(self, status: int, code: str, diagnostics: str):
+        self.status, self.code, self.diagnostics = status, code, diagnostics
+
+
+def outcome(code: str, diagnostics: str, severity: str = "error") -> dict:
+    return {"resourceType": "OperationOutcome",
+            "issue": [{"severity": severity, "code": code, "diagnostics": diagnostics}]}
+
+
+def create_app(config: ServiceConfig) -> FastAPI:
+    pool = ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="deid")
+
+    @asynccontextmanager
+    async def lifespan(_app):
+        yield
+        pool.shutdown(wait=False, cancel_futures=True)
+
+    app = FastAPI(title="deid-adapter", version="0.1.0", docs_url=None, redoc_url=None, lifespan=lifespan)
+    registry = CollectorRegistry()
+    requests_total = Counter("deid_requests_total", "Requests by operation and status", ["operation", "status"], registry=registry)
+    latency = Histogram("deid_request_seconds", "Request latency", ["operation"], registry=registry,
+                        buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120))
+    refusals = Counter("deid_refusals_total", "Refused records by reason", ["reason"], registry=registry)
+    detector_time = Histogram("deid_detector_seconds", "Detector wall time per record", ["detector"], registry=registry)
+
+    def engine(profile: str | None, stack: str | None) -> Deidentifier:
+        key = (profile or config.profile, stack or config.stack)
+        if key not in config.engines:
+            try:
+                config.engines[key] = Deidentifier(load_profile(key[0]), Pseudonymizer(config.key),
+                                                   build_stack(key[1], config.llm), config.clock, True)
+            except ProfileError as e:
+                raise HttpError(400, "invalid", str(e)) from None
+            except StackUnavailable as e:
+                raise HttpError(503, "transient", str(e)) from None
+        return config.engines[key]
+
+    def authorize(request: Request, operation: str) -> Client:
+        header = request.headers.get("authorization", "")
+        if not header.lower().startswith("bearer "):
+            raise HttpError(401, "login", "a bearer token is required")
+        client = config.tokens.authenticate(header[7:].strip())
+        if client is None:
+            raise HttpError(401, "login", "unknown token")
+        if operation not in client.operations:
+            raise HttpError(403, "forbidden", f"client may not call {operation}")
+        return client
+
+    async def body(request: Request, types: tuple[str, ...]) -> bytes:
+        media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if media not in types:
+            raise HttpError(415, "not-supported", f"content type must be one of {', '.join(types)}")
+        declared = request.headers.get("content-length")
+        if declared and declared.isdigit() and int(declared) > config.max_body_bytes:
+            raise HttpError(413, "too-costly", f"request body over {config.max_body_bytes} bytes")
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > config.max_body_bytes:
+                raise HttpError(413, "too-costly", f"request body over {config.max_body_bytes} bytes")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    async def run(fn, *args):
+        loop = asyncio.get_running_loop()
+        try:
+            return await asyncio.wait_for(loop.run_in_executor(pool, fn, *args), config.timeout_s)
+        except asyncio.TimeoutError:
+            raise HttpError(503, "timeout", f"de-identification took longer than {config.timeout_s:.0f} s") from None
+
+    def respond(status: int, payload, media: str = FHIR_JSON) -> Response:
+        if isinstance(payload, (dict, list)):
+            content = json.dumps(payload, ensure_ascii=False).encode()
+        else:
+            content = payload.encode() if isinstance(payload, str) else payload
+        return Response(content, status_code=status, media_type=media)
+
+    async def handle(request: Request, operation: str, work) -> Response:
+        start = time.perf_counter()
+        client_name, digest, size_in, status = "-", "-", 0, 500
+        try:
+            client = authorize(request, operation)
+            client_name = request.state.client = client.name
+            response, digest, size_in = await work(request)
+            status = response.status_code
+            return response
+        except HttpError as e:
+            status = e.status
+            if status in (422, 503):
+                refusals.labels(e.code).inc()
+            return respond(status, outcome(e.code, e.diagnostics))
+        except Exception as e:  # a bug: log and answer its type only, never its message (it may quote input)
+            access_log.error("internal error: %s", type(e).__name__)
+            status = 500
+            return respond(500, outcome("exception", f"internal error ({type(e).__name__})"))
+        finally:
+            elapsed = time.perf_counter() - start
+            requests_total.labels(operation, str(status)).inc()
+            latency.labels(operation).observe(elapsed)
+            access_log.info(json.dumps({"client": client_name, "operation": operation, "status": status,
+                                        "bytes_in": size_in, "ms": round(elapsed * 1000, 1), "sha256": digest}))
+
+    async def audited(request: Request, deid, data_format: str, raw: bytes, work):
+        """Run `work`; write the audit record (durably) before anything is answered. No trail, no answer."""
+        try:
+            result, output = await work()
+        except HttpError as e:
+            if config.audit is not None and e.status in (422, 503):
+                await run_audit(config.audit.record_refusal, deid, actor=request.state.client, channel="service",
+                                data_format=data_format, input=raw, reason=e.diagnostics)
+            raise
+        if config.audit is not None:
+            await run_audit(config.audit.record_deidentification, deid, actor=request.state.client, channel="service",
+                            data_format=data_format, input=raw, output=output,
+                            findings=getattr(result, "findings", ()))
+        return result, output
+
+    async def run_audit(fn, *args, **kwargs):
+        from adapter.audit.trail import AuditError
+
+        try:
+            await asyncio.get_running_loop().run_in_executor(pool, lambda: fn(*args, **kwargs))
+        except AuditError as e:
+            raise HttpError(503, "transient", f"audit trail unavailable: {e}") from None
+
+    def map_errors(fn):
+        def wrapped(*args):
+            try:
+                return fn(*args)
+            except InputError as e:
+                raise HttpError(400, "invalid", str(e)) from None
+            except DetectorFailed as e:
+                raise HttpError(503, "transient", str(e)) from None
+            except RecordRefused as e:
+                raise HttpError(422, "security" if "leak guard" in str(e) else "business-rule", str(e)) from None
+        return wrapped
+
+    async def fhir_work(request: Request):
+        raw = await body(request, JSON_TYPES)
+        digest = hashlib.sha256(raw).hexdigest()
+        try:
+            doc = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as e:
+            raise HttpError(400, "structure", f"invalid JSON: {getattr(e, 'msg', type(e).__name__)}") from None
+        if not isinstance(doc, dict):
+            raise HttpError(400, "structure", "the body must be a FHIR resource (a JSON object)")
+        wrapped = doc.get("resourceType") == "Parameters"
+        profile = stack = None
+        if wrapped:
+            params = {p.get("name"): p for p in doc.get("parameter", []) if isinstance(p, dict)}
+            if "resource" not in params or not isinstance(params["resource"].get("resource"), dict):
+                raise HttpError(400, "required", "Parameters needs a `resource` parameter holding a resource")
+            resource = params["resource"]["resource"]
+            profile = _param_value(params.get("profile"))
+            stack = _param_value(params.get("stack"))
+        else:
+            resource = doc
+        deid = engine(profile, stack)
+
+        async def work():
+            result = await run(map_errors(deid.deidentify), resource, "resource")
+            out = result.resource
+            if wrapped:
+                out = {"resourceType": "Parameters", "parameter": [{"name": "return", "resource": out}]}
+            return result, json.dumps(out, ensure_ascii=False).encode()
+
+        result, output = await audited(request, deid, "fhir", raw, work)
+        for name, seconds in result.detector_seconds.items():
+            detector_time.labels(name).observe(seconds)
+        return respond(200, output), digest, len(raw)
+
+    async def hl7_work(request: Request):
+        raw = await body(request, HL7_TYPES)
+        digest = hashlib.sha256(raw).hexdigest()
+        from fhir_transforms.hl7v2.engine import HL7Deidentifier
+
+        deid = config.engines.get("hl7")
+        if deid is None:
+            try:
+                deid = config.engines["hl7"] = HL7Deidentifier.from_names(config.profile, Pseudonymizer(config.key),
+                                                                          build_stack(config.stack, config.llm),
+                                                                          config.clock)
+            except StackUnavailable as e:
+                raise HttpError(503, "transient", str(e)) from None
+        text = raw.decode("utf-8", errors="replace")
+
+        async def work():
+            out = await run(map_errors(deid.deidentify_file_text), text)
+            return None, out.encode()
+
+        _, output = await audited(request, deid, "hl7v2", raw, work)
+        return respond(200, output, "x-application/hl7-v2+er7"), digest, len(raw)
+
+    @app.post("/fhir/$de-identify")
+    async def fhir_deidentify(request: Request):
+        return await handle(request, "fhir", fhir_work)
+
+    @app.post("/hl7v2/$de-identify")
+    async def hl7_deidentify(request: Request):
+        return await handle(request, "hl7v2", hl7_work)
+
+    @app.get("/fhir/metadata")
+    async def metadata(request: Request):
+        async def work(_):
+            return respond(200, json.loads((CONFORMANCE / "CapabilityStatement-deid-adapter.json").read_text())), "-", 0
+        return await handle(request, "metadata", work)
+
+    @app.get("/fhir/OperationDefinition/de-identify")
+    async def operation_definition(request: Request):
+        async def work(_):
+            return respond(200, json.loads((CONFORMANCE / "OperationDefinition-de-identify.json").read_text())), "-", 0
+        return await handle(request, "metadata", work)
+
+    @app.get("/healthz")
+    async def healthz():
+        return JSONResponse({"status": "ok"})
+
+    @app.get("/readyz")
+    async def readyz(request: Request):
+        async def work(_):
+            engine(None, None)
+            return respond(200, {"status": "ready", "profile": config.profile,
+                                 "stack": engine(None, None).stack.name}, "application/json"), "-", 0
+        return await handle(request, "ready", work)
+
+    @app.get("/metrics")
+    async def metrics(request: Request):
+        async def work(_):
+            return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST), "-", 0
+        return await handle(request, "metrics", work)
+
+    return app
+
+
+def _param_value(param: dict | None) -> str | None:
+    if not param:
+        return None
+    for key in ("valueCode", "valueString"):
+        if isinstance(param.get(key), str):
+            return param[key]
+    raise HttpError(400, "invalid", f"parameter {param.get('name')!r} must be a code or string")

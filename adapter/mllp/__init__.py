@@ -1,0 +1,1 @@
+"""The MLLP edge: the listener between interface engines and its durable queue."""

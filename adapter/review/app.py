@@ -1,0 +1,267 @@
+"""The review page (`deid-adapter review serve`): FastAPI, server-rendered HTML and one small script, no build step.
+
+Signed-in reviewers see their own site's held records by priority, one at a time, with every span the stack found
+highlighted with its category and confidence; they confirm, reject or re-categorize each span, add missed ones,
+and release. A release runs the same engine and leak guard with the decisions applied, writes the audit record
+naming the reviewer (durable) and only then the output. Pages never carry a key or another site's data.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from fastapi import FastAPI, Request
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.concurrency import run_in_threadpool
+
+from adapter.audit import trail as audit
+from adapter import files as fhir_files
+from adapter.review.auth import Reviewer, Sessions, UserStore, csrf_ok
+from adapter.review.flow import DecisionError, decide, release
+from adapter.review.queue import DISCARDED, HELD, RELEASED, HeldRecord, QueueError, ReviewQueue, Thresholds
+from fhir_transforms.errors import DetectorFailed, InputError, RecordRefused
+from fhir_transforms.r4.record import Deidentifier
+from text_deid.spans import CATEGORIES
+
+WEB = Path(__file__).resolve().parent / "web"
+STATIC = {"review.js": "text/javascript", "review.css": "text/css"}
+# Digit keys change a span's category to these, in this order; the select on the page offers every category.
+SHORTCUTS = ("NAME", "GEOGRAPHIC_LOCATION", "DATE", "PHONE_NUMBER", "EMAIL_ADDRESS", "MEDICAL_RECORD_NUMBER",
+             "UNIQUE_IDENTIFIER", "ACCOUNT_NUMBER", "AGE_OVER_89")
+HEADERS = {"Cache-Control": "no-store", "X-Frame-Options": "DENY", "X-Content-Type-Options": "nosniff",
+           "Referrer-Policy": "no-referrer",
+           "Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; "
+                                      "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"}
+
+
+@dataclass
+class ReviewConfig:
+    queue: ReviewQueue
+    users: UserStore
+    engine: Deidentifier
+    thresholds: Thresholds
+    out_dir: Path
+    audit: Optional[audit.AuditTrail] = None  # None records nothing (--audit off)
+    sessions: Sessions = field(default_factory=Sessions)
+    secure_cookies: bool = False  # set when served over TLS
+
+
+class Denied(Exception):
+    def __init__(self, status: int, message: str):
+        self.status, self.message = status, message
+
+
+def segments(text: str, spans, thresholds: Thresholds) -> list[dict]:
+    """The text cut into plain pieces and marked spans (suspect: below its category's threshold), for the template."""
+    out, pos = [], 0
+    for i, s in enumerate(spans):
+        if s.start > pos:
+            out.append({"text": text[pos:s.start]})
+        out.append({"text": text[s.start:s.end], "span": s, "origin": i, "suspect": thresholds.is_suspect(s)})
+        pos = s.end
+    if pos < len(text):
+        out.append({"text": text[pos:]})
+    return out
+
+
+def create_review_app(config: ReviewConfig) -> FastAPI:
+    app = FastAPI(title="deid-adapter review", docs_url=None, redoc_url=None, openapi_url=None)
+    templates = Environment(loader=FileSystemLoader(WEB), autoescape=select_autoescape(["html"]))
+    releasing = threading.Lock()  # one release at a time per process: an item is never released twice
+
+    def page(name: str, status: int = 200, **context) -> HTMLResponse:
+        html = templates.get_template(name).render(**context)
+        return HTMLResponse(html, status_code=status, headers=HEADERS)
+
+    def session(request: Request) -> Optional[dict]:
+        return config.sessions.read(request.cookies.get(Sessions.COOKIE))
+
+    def signed_in(request: Request) -> tuple[Reviewer, str]:
+        data = session(request)
+        user = config.users.get(data["u"]) if data and data["u"] else None
+        if user is None:
+            raise Denied(401, "sign in first")
+        return user, data["csrf"]
+
+    def check_csrf(request: Request, csrf: str, given: Optional[str]) -> None:
+        if not csrf_ok(csrf, given or request.headers.get("x-csrf-token")):
+            raise Denied(403, "missing or wrong CSRF token")
+
+    def set_cookie(response: Response, value: str) -> None:
+        response.set_cookie(Sessions.COOKIE, value, httponly=True, samesite="strict", secure=config.secure_cookies,
+                            max_age=config.sessions.max_age_s, path="/")
+
+    @app.exception_handler(Denied)
+    async def denied(request: Request, e: Denied):
+        wants_html = request.method == "GET" and "text/html" in request.headers.get("accept", "")
+        if e.status == 401 and wants_html:
+            return RedirectResponse("/login", status_code=303, headers=HEADERS)
+        if wants_html:
+            return page("error.html", e.status, message=e.message, user=None)
+        return JSONResponse({"error": e.message}, status_code=e.status, headers=HEADERS)
+
+    @app.exception_handler(QueueError)
+    async def queue_error(_request: Request, e: QueueError):
+        return JSONResponse({"error": str(e)}, status_code=503, headers=HEADERS)
+
+    @app.get("/healthz")
+    async def healthz():
+        return {"status": "ok"}
+
+    @app.get("/static/{name}")
+    async def static(name: str):
+        if name not in STATIC:
+            raise Denied(404, "not found")
+        return FileResponse(WEB / name, media_type=STATIC[name], headers={"Cache-Control": "no-cache"})
+
+    @app.get("/login")
+    async def login_form(request: Request):
+        cookie, csrf = config.sessions.issue()
+        response = page("login.html", csrf=csrf, error="", user=None)
+        set_cookie(response, cookie)
+        return response
+
+    @app.post("/login")
+    async def login(request: Request):
+        form = await request.form()
+        data = session(request)
+        check_csrf(request, data["csrf"] if data else "", form.get("csrf"))
+        user = config.users.authenticate(str(form.get("name", "")), str(form.get("password", "")))
+        if user is None:
+            cookie, csrf = config.sessions.issue()
+            response = page("login.html", 401, csrf=csrf, error="Wrong name or password.", user=None)
+            set_cookie(response, cookie)
+            return response
+        cookie, _ = config.sessions.issue(user.name)
+        response = RedirectResponse("/", status_code=303, headers=HEADERS)
+        set_cookie(response, cookie)
+        return response
+
+    @app.post("/logout")
+    async def logout(request: Request):
+        _, csrf = signed_in(request)
+        check_csrf(request, csrf, (await request.form()).get("csrf"))
+        response = RedirectResponse("/login", status_code=303, headers=HEADERS)
+        response.delete_cookie(Sessions.COOKIE, path="/")
+        return response
+
+    @app.get("/")
+    def queue_page(request: Request):
+        user, csrf = signed_in(request)
+        rows = config.queue.rows(user.site, HELD)
+        return page("queue.html", user=user, csrf=csrf, rows=rows)
+
+    @app.get("/records/{item_id}")
+    def record_page(request: Request, item_id: str):
+        user, csrf = signed_in(request)
+        held = config.queue.open(item_id, user.site)
+        if held is None:
+            raise Denied(404, "no such record at your site")
+        if held.status != HELD:
+            raise Denied(409, f"this record was {held.status} already")
+        return page("record.html", user=user, csrf=csrf, held=held, texts=_view(held, config.thresholds),
+                    categories=CATEGORIES, shortcuts=SHORTCUTS, after=_next_id(config.queue, user.site, item_id))
+
+    @app.post("/records/{item_id}/release")
+    async def release_record(request: Request, item_id: str):
+        user, csrf = signed_in(request)
+        check_csrf(request, csrf, None)
+        try:
+            body = await request.json()
+        except ValueError:
+            raise Denied(400, "the body must be JSON") from None
+        submitted = body.get("decisions") if isinstance(body, dict) else None
+        if not isinstance(submitted, list):
+            raise Denied(400, "the body must be {\"decisions\": [...]}")
+        return await run_in_threadpool(release_now, user, item_id, submitted)
+
+    def release_now(user: Reviewer, item_id: str, submitted: list) -> JSONResponse:
+        with releasing:
+            held = config.queue.open(item_id, user.site)
+            if held is None:
+                raise Denied(404, "no such record at your site")
+            if held.status != HELD:
+                raise Denied(409, f"this record was {held.status} already")
+            try:
+                decisions = decide(held, submitted)
+                result = release(config.engine, held, decisions)
+            except DecisionError as e:
+                raise Denied(400, str(e)) from None
+            except (RecordRefused, DetectorFailed, InputError) as e:
+                raise Denied(422, f"not released: {str(e).replace(held.resource_type + ':', '').strip()}") from None
+            data = fhir_files.serialize([result.resource], False)
+            seq = _audit_release(config, user, held, result, decisions, data)
+            fhir_files.write_atomic(config.out_dir / f"{held.id}.json", data)
+            config.queue.close_item(held.id, user.site, RELEASED, user.name, [d.to_json() for d in decisions],
+                                    audit.sha256_of(data))
+        nxt = _next_id(config.queue, user.site, item_id)
+        return JSONResponse({"status": RELEASED, "id": held.id, "audit_seq": seq,
+                             "next": f"/records/{nxt}" if nxt else "/"}, headers=HEADERS)
+
+    @app.get("/admin")
+    def admin_page(request: Request):
+        user, csrf = signed_in(request)
+        if not user.is_admin:
+            raise Denied(403, "administrators only")
+        rows = config.queue.rows(user.site, None)
+        counts = {s: sum(1 for r in rows if r.status == s) for s in (HELD, RELEASED, DISCARDED)}
+        return page("admin.html", user=user, csrf=csrf, rows=rows, counts=counts)
+
+    @app.post("/admin/records/{item_id}/discard")
+    async def discard(request: Request, item_id: str):
+        user, csrf = signed_in(request)
+        if not user.is_admin:
+            raise Denied(403, "administrators only")
+        form = await request.form()
+        check_csrf(request, csrf, form.get("csrf"))
+        with releasing:
+            row = config.queue.row(item_id, user.site)
+            if row is None or row.status != HELD:
+                raise Denied(404, "no such held record at your site")
+            if config.audit is not None:
+                config.audit.record_review(actor=user.name, channel="review", data_format="fhir",
+                                           subject_sha256="", decision="discard",
+                                           reason=str(form.get("reason", ""))[:200])
+            config.queue.close_item(item_id, user.site, DISCARDED, user.name, [])
+        return RedirectResponse("/admin", status_code=303, headers=HEADERS)
+
+    return app
+
+
+def _view(held: HeldRecord, thresholds: Thresholds) -> list[dict]:
+    return [{"index": i, "path": t.path, "segments": segments(t.text, t.spans, thresholds), "text": t.text}
+            for i, t in enumerate(held.texts)]
+
+
+def _next_id(queue: ReviewQueue, site: str, current: str) -> str:
+    for row in queue.rows(site, HELD):
+        if row.id != current:
+            return row.id
+    return ""
+
+
+def _audit_release(config: ReviewConfig, user: Reviewer, held: HeldRecord, result, decisions, data: bytes) -> int:
+    """The reviewer's decisions and the release, in one transaction, before the output is written."""
+    if config.audit is None:
+        return 0
+    paths = [t.path for t in held.texts]
+    decided = [[paths[d.text], d.start, d.end, d.category, f"review:{d.action}", round(d.confidence, 4)]
+               for d in decisions]
+    counts: dict[str, int] = {}
+    for d in decisions:
+        counts[d.action] = counts.get(d.action, 0) + 1
+    review_entry = audit.review(actor=user.name, channel="review", data_format="fhir",
+                                subject_sha256=audit.sha256_of(data), decision="release", findings=decided)
+    review_entry = audit.AuditEntry(**{**review_entry.__dict__, "input_sha256": audit.sha256_of(held.resource),
+                                       "detail": {**review_entry.detail, "review_item": held.id, "site": held.site,
+                                                  "actions": counts}})
+    release_entry = audit.deidentification(config.engine, actor=user.name, channel="review", data_format="fhir",
+                                           input=held.resource, output=data, findings=result.findings,
+                                           where=held.resource_type, root=held.resource_type)
+    try:
+        return config.audit.append([review_entry, release_entry])[0]
+    except audit.AuditError as e:
+        raise Denied(503, f"audit trail unavailable, nothing released: {e}") from None

@@ -1,0 +1,190 @@
+"""The review flow around the one de-identification engine: route a record (release it, or hold it for review),
+and release a held record with a reviewer's decisions applied, through the same engine and leak guard.
+
+The engine is not changed: routing runs it with a stack that remembers what it was asked and answered, and a
+release runs it with a stack that answers the reviewer's spans for exactly the texts that were held.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from adapter.review.queue import HeldRecord, ReviewQueue, TextUnderReview, Thresholds
+from fhir_transforms.r4.record import Deidentifier, RecordResult
+from text_deid import merge
+from text_deid.spans import CATEGORIES, DetectorError, KnownIdentifier, Span
+
+ACTIONS = ("confirm", "reject", "change", "add")
+REVIEW_DETECTOR = "review"
+
+
+class DecisionError(ValueError):
+    """The submitted decisions do not fit the held record (bad offsets, category or action)."""
+
+
+class _WrappedStack:
+    """Looks like the wrapped text stack to the engine and the audit trail (same name, same detectors)."""
+
+    inner: object
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def detectors(self):
+        return self.inner.detectors
+
+
+@dataclass
+class RecordingStack(_WrappedStack):
+    """A text stack that runs `inner` and keeps the texts and spans of the last record (one record per instance)."""
+
+    inner: object
+    texts: list[str] = field(default_factory=list)
+    spans: list[list[Span]] = field(default_factory=list)
+
+    def detect_many(self, texts, known, timings=None):
+        found = self.inner.detect_many(texts, known, timings)
+        self.texts, self.spans = list(texts), [list(s) for s in found]
+        return found
+
+
+@dataclass
+class DecidedStack(_WrappedStack):
+    """A text stack that answers the reviewer's spans, and refuses if the texts are not the ones that were held."""
+
+    inner: object
+    texts: list[str]
+    spans: list[list[Span]]
+
+    def detect_many(self, texts, known, timings=None):
+        if list(texts) != self.texts:
+            raise DetectorError("review: the record's texts differ from the ones that were reviewed")
+        return [list(s) for s in self.spans]
+
+
+@dataclass
+class Routed:
+    """The outcome of routing one record: released (with its result) or held (with its queue id)."""
+
+    result: RecordResult
+    held_id: str = ""
+
+    @property
+    def held(self) -> bool:
+        return bool(self.held_id)
+
+
+def texts_under_review(result: RecordResult, texts: Sequence[str], spans: Sequence[Sequence[Span]],
+                       root: str) -> list[TextUnderReview]:
+    """Pair each text with its spans and, where it had findings, its JSON path (findings come in text order)."""
+    findings = iter(result.findings)
+    out = []
+    for text, found in zip(texts, spans):
+        path = ""
+        for _ in found:
+            path = next(findings).path
+        out.append(TextUnderReview(_relative(path, root), text, list(found)))
+    return out
+
+
+def _relative(path: str, root: str) -> str:
+    # the caller's label for a record may be a file name (which may hold PHI): keep only the structural path
+    return path[len(root):].lstrip(".") if root and path.startswith(root) else path
+
+
+def route(engine: Deidentifier, resource: dict, where: str, thresholds: Thresholds, queue: ReviewQueue, site: str,
+          linked: Sequence[KnownIdentifier] = ()) -> Routed:
+    """De-identify `resource`; hold it for review when any span is below its category's threshold."""
+    recorder = RecordingStack(engine.stack)
+    result = dataclasses.replace(engine, stack=recorder).deidentify(resource, where, linked)
+    if not any(thresholds.is_suspect(s) for found in recorder.spans for s in found):
+        return Routed(result)
+    texts = texts_under_review(result, recorder.texts, recorder.spans, where)
+    held_id = queue.hold(site, resource, texts, result.resource, result.known, thresholds)
+    return Routed(result, held_id)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One reviewer decision: which text, the span (as decided), the action, and the span's original category."""
+
+    text: int
+    start: int
+    end: int
+    category: str
+    action: str
+    confidence: float
+    original_category: str = ""
+
+    def to_json(self) -> dict:
+        return {"text": self.text, "start": self.start, "end": self.end, "category": self.category,
+                "action": self.action, "confidence": round(self.confidence, 4),
+                "original_category": self.original_category}
+
+
+def decide(held: HeldRecord, submitted: Sequence[dict]) -> list[Decision]:
+    """Check the page's decisions against the held record. An original span without a decision is confirmed
+    (fail closed: nothing the stack found is released unless a reviewer rejected it)."""
+    by_origin: dict[tuple[int, int], dict] = {}
+    added: list[Decision] = []
+    for d in submitted:
+        if not isinstance(d, dict):
+            raise DecisionError("each decision must be an object")
+        action, t = d.get("action"), d.get("text")
+        if action not in ACTIONS:
+            raise DecisionError(f"unknown action {action!r} (known: {', '.join(ACTIONS)})")
+        if not isinstance(t, int) or not 0 <= t < len(held.texts):
+            raise DecisionError("decision names a text the record does not have")
+        if action == "add":
+            start, end, category = d.get("start"), d.get("end"), d.get("category")
+            if not (isinstance(start, int) and isinstance(end, int) and 0 <= start < end <= len(held.texts[t].text)):
+                raise DecisionError("an added span must lie inside its text")
+            if category not in CATEGORIES:
+                raise DecisionError(f"unknown category {category!r}")
+            added.append(Decision(t, start, end, category, "add", 1.0))
+            continue
+        origin = d.get("origin")
+        if not isinstance(origin, int) or not 0 <= origin < len(held.texts[t].spans):
+            raise DecisionError("decision names a span the record does not have")
+        by_origin[(t, origin)] = d
+    decisions = []
+    for t, under in enumerate(held.texts):
+        for i, s in enumerate(under.spans):
+            d = by_origin.get((t, i), {"action": "confirm"})
+            action, category = d["action"], d.get("category") or s.category
+            if action == "change":
+                if category not in CATEGORIES:
+                    raise DecisionError(f"unknown category {category!r}")
+                if category == s.category:
+                    action = "confirm"
+            else:
+                category = s.category
+            decisions.append(Decision(t, s.start, s.end, category, action, s.confidence, s.category))
+    return decisions + sorted(added, key=lambda d: (d.text, d.start, d.end))
+
+
+def decided_spans(held: HeldRecord, decisions: Sequence[Decision]) -> list[list[Span]]:
+    """The spans each text is released with: confirmed, changed and added ones, merged by union."""
+    out: list[list[Span]] = []
+    for t, under in enumerate(held.texts):
+        kept = []
+        originals = {(s.start, s.end): s for s in under.spans}
+        for d in decisions:
+            if d.text != t or d.action == "reject":
+                continue
+            base = originals.get((d.start, d.end)) if d.action != "add" else None
+            if base is not None and d.action == "confirm":
+                kept.append(base)
+            else:
+                kept.append(Span(d.start, d.end, d.category, REVIEW_DETECTOR, 1.0))
+        out.append(merge.union(kept))
+    return out
+
+
+def release(engine: Deidentifier, held: HeldRecord, decisions: Sequence[Decision]) -> RecordResult:
+    """De-identify the held record again with the decided spans; InputError/RecordRefused/DetectorFailed as usual."""
+    stack = DecidedStack(engine.stack, [t.text for t in held.texts], decided_spans(held, decisions))
+    return dataclasses.replace(engine, stack=stack).deidentify(held.resource, held.resource_type, held.known)

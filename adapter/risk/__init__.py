@@ -1,0 +1,1 @@
+"""Re-identification risk measures of a release, and their report."""

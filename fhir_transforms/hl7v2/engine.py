@@ -1,0 +1,443 @@
+"""De-identify HL7v2 ER7 messages: the FHIR flow over HL7's own structure.
+
+parse → rules (recording known identifiers) → text stack on narrative, one batch per message →
+leak guard over every field of the output → serialize (re-split to check the segments). Never a partial result.
+"""
+from __future__ import annotations
+
+import base64
+import re
+from dataclasses import dataclass, field
+from datetime import date
+from typing import Callable
+
+from fhir_transforms.hl7v2 import message as er7
+from fhir_transforms.hl7v2.rules import (Datatype, DTMError, HL7Profile, Rule, dtm_age, dtm_full_date, dtm_shift, dtm_year,
+                               identifier_system, is_dtm, is_full_dtm)
+from fhir_transforms import dates, zipcodes
+from fhir_transforms.errors import InputError, RecordRefused
+from fhir_transforms.fpe import fpe_format, selects
+from fhir_transforms.pseudonym import Pseudonymizer
+from text_deid import leak_guard, replace
+from text_deid.spans import DetectorError, KnownIdentifier, Span
+from text_deid.stack import TextStack
+
+TEXT_PAYLOAD_SUBTYPES = ("PLAIN", "TEXT", "RTF", "HTML", "XML", "CDA", "X-HL7-CDA-LEVEL-ONE", "SGML", "JSON", "X-RTF")
+DATE_METHODS = ("year", "shift", "age90")
+# datatypes whose values `_record` turns into known identifiers for the text stack and the leak guard
+RECORDED_TYPES = frozenset({"XPN", "XCN", "PPN", "NDL", "XAD", "XTN", "CX"})
+LEAF_SEPARATOR = "\x00"  # between leaves in the leak guard's view of a field: no known form spans two leaves
+
+
+@dataclass
+class Note:
+    """Text for the stack and how to write its replacement: one leaf, a run of OBX lines, or an ED payload."""
+
+    where: str
+    parts: list[tuple[list[str], int]] = field(default_factory=list)  # (container, index) of each leaf
+    texts: list[str] = field(default_factory=list)
+    write: Callable[[Note, list[Span]], None] | None = None
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.texts)
+
+
+class MessageWalk:
+    """One message's pass over the rules: transforms values in place, records known identifiers, queues notes."""
+
+    def __init__(self, deid: HL7Deidentifier, message: er7.Message, known: set[KnownIdentifier]):
+        self.deid, self.profile, self.pseudo = deid, deid.profile, deid.pseudo
+        self.d = message.delimiters
+        self.message = message
+        self.known = known
+        self.notes: list[Note] = []
+        self.offset_key = _patient_key(message, self.profile)
+        self._open_note: tuple[str, Note] | None = None
+        self._fields: list[tuple[er7.Segment, int, list]] = []
+
+    # --- segments and fields
+    def run(self) -> None:
+        for k, seg in enumerate(self.message.segments, 1):
+            if not (seg.sid == "OBX" and self._open_note):
+                self._open_note = None
+            for n, raw in _fields(seg):
+                if not raw or raw == '""':
+                    continue
+                rule = self._rule(seg, n)
+                if rule.method == "keep":
+                    continue
+                where = f"{seg.sid}[{k}]-{n}"
+                f = er7.split_field(raw, self.d)
+                for rep in f:
+                    self.rep(rule, rep, where, seg)
+                self._fields.append((seg, n, f))
+
+    def finish(self) -> None:
+        """Write every transformed field back into its segment (after the text stack wrote its notes)."""
+        for seg, n, f in self._fields:
+            seg.set(n, er7.join_field(f, self.d))
+        self._fields = []
+        if self.message.segments[0].sid == "MSH":
+            self._stamp(self.message.segments[0])
+
+    def _rule(self, seg: er7.Segment, n: int) -> Rule:
+        if seg.sid == "OBX" and n == 5:
+            vtype = self._decoded(seg.get(2).split(self.d.component)[0]).strip().upper()
+            code = self._decoded(seg.get(3).split(self.d.component)[0]).strip()
+            if vtype == "NM" and code in self.profile.observation_ages:
+                return Rule(method="age90", options={"value": "age"})
+            ov = self.profile.observation_values
+            return ov.get(vtype) or ov.get("default") or Rule(method="text")
+        return self.profile.rule(seg.sid, n)
+
+    def _stamp(self, msh: er7.Segment) -> None:
+        sid, n = self.profile.key_id_field.split(".")
+        if sid == "MSH":
+            while len(msh.parts) <= msh.index(int(n)):
+                msh.parts.append("")
+            msh.set(int(n), er7.escape(f"deid/{self.pseudo.key_id}/{self.profile.name}", self.d))
+
+    # --- rules on repetitions, components, leaves
+    def _resolve(self, rule: Rule) -> Rule | Datatype:
+        return self.profile.resolve(rule)
+
+    def rep(self, rule: Rule, rep: list[list[str]], where: str, seg: er7.Segment) -> None:
+        target = self._resolve(rule)
+        if isinstance(target, Datatype):
+            if target.name in RECORDED_TYPES:
+                self._record(target.name, [[self._decoded(s) for s in c] for c in rep], where)
+            for i, comp in enumerate(rep, 1):
+                self.component(target.components.get(i, target.default), comp, f"{where}.{i}", target.name, rep, seg)
+        else:
+            self.method(target, [leaf for comp in rep for leaf in [(comp, j) for j in range(len(comp))]], where,
+                        rule.type, rep, seg)
+
+    def component(self, rule: Rule, comp: list[str], where: str, owner: str, rep, seg) -> None:
+        target = self._resolve(rule)
+        if isinstance(target, Datatype):
+            if target.name in RECORDED_TYPES:
+                self._record(target.name, [[self._decoded(s)] for s in comp], where)
+            for i in range(len(comp)):
+                sub = self._resolve(target.components.get(i + 1, target.default))
+                if isinstance(sub, Datatype):
+                    sub = Rule(method="remove")  # no datatype nests below a subcomponent
+                self.method(sub, [(comp, i)], f"{where}.{i + 1}", target.name, [[s] for s in comp], seg,
+                            container=comp)
+        else:
+            self.method(target, [(comp, j) for j in range(len(comp))], where, owner, rep, seg)
+
+    def method(self, rule: Rule, leaves: list[tuple[list[str], int]], where: str, owner: str | None, rep, seg,
+               container: list[str] | None = None) -> None:
+        m = rule.method
+        if m == "keep" or not leaves:
+            return
+        if m == "text":
+            for holder, j in leaves:
+                if holder[j]:
+                    self.text(holder, j, where, owner, rep, seg)
+            return
+        if m == "remove":
+            if "category" in rule.options:
+                value = self._decoded(leaves[0][0][leaves[0][1]])
+                if value:
+                    self.known.add(KnownIdentifier(value, rule.options["category"]))
+            for holder, j in leaves:
+                holder[j] = ""
+            return
+        for k, (holder, j) in enumerate(leaves):
+            value = self._decoded(holder[j])
+            # the method rules the first value; later ones only when they are dates too (TS-1, DR, a range)
+            if not value.strip() or (k and not (m in DATE_METHODS and is_dtm(value))):
+                continue
+            result = self.value(m, value, where, owner, rep, container, rule.options)
+            holder[j] = "" if result is None else er7.escape(result, self.d)
+
+    def value(self, m: str, value: str, where: str, owner: str | None, rep, container,
+              options: dict | None = None) -> str | None:
+        """One value through one method; None removes it. Values that do not fit the method are removed."""
+        if m in ("year", "shift", "age90"):
+            try:
+                full = dtm_full_date(value)
+                if full:
+                    self.known.add(KnownIdentifier(full, "DATE"))
+                if m == "age90":
+                    return self._age90(value)
+                return dtm_year(value) if m == "year" else dtm_shift(value, self._offset())
+            except (DTMError, dates.DateFormatError, ValueError):
+                return None
+        if m == "zip3":
+            if any(ch.isdigit() for ch in value):
+                self.known.add(KnownIdentifier(value, "GEOGRAPHIC_LOCATION"))
+            return zipcodes.zip3(value)
+        if m == "pseudonym":
+            if options and "namespace" in options:
+                return self._token(value, options)
+            return self._pseudonym(value, owner, rep, container)
+        if m == "fpe":
+            return self._pseudonym(value, owner, rep, container, options or {})
+        raise InputError(f"{where}: method {m!r} does not apply to HL7v2 values")
+
+    def _age90(self, value: str) -> str | None:
+        if re.fullmatch(r"\d{1,3}(?:\.\d+)?", value.strip()):  # an age in years (OBX NM), not a date
+            return "90" if float(value) >= 90 else value
+        if dtm_age(value, self.deid.clock()) >= 90:
+            return None
+        dtm = self._resolve(Rule(type="DTM"))
+        return dtm_year(value) if getattr(dtm, "method", "year") == "year" else dtm_shift(value, self._offset())
+
+    def _offset(self) -> int:
+        return self.pseudo.day_offset(self.offset_key)
+
+    def _token(self, value: str, options: dict) -> str:
+        """The keyed pseudonym in a namespace the rule names (MSH-10: `control-id`), optionally one per sender
+        (MSH-3 and MSH-4 as they stand), and cut to `length` hex characters (MSH-10 is at most 20 before v2.7)."""
+        namespace = options["namespace"]
+        if options.get("per_sender"):
+            msh = self.message.segments[0]
+            namespace = f"{namespace}|{msh.get(3)}|{msh.get(4)}" if msh.sid == "MSH" else namespace
+        return self.pseudo.token(namespace, value, int(options.get("length", 32)))
+
+    def _pseudonym(self, value: str, owner: str | None, rep, container, fpe: dict | None = None) -> str | None:
+        """CX-1 and EI-1 get the keyed identifier pseudonym, namespaced by the authority's FHIR system."""
+        if container is not None:  # an EI inside a component (EIP): its parts are subcomponents
+            parts = [self._decoded(s) for s in container]
+            ns, uid, kind = (parts + ["", "", "", ""])[1:4]
+            id_type = ""
+        elif owner == "CX":
+            hd = [self._decoded(s) for s in (rep[3] if len(rep) > 3 else [""])] + ["", "", ""]
+            ns, uid, kind = hd[0], hd[1], hd[2]
+            id_type = self._decoded(rep[4][0]) if len(rep) > 4 else ""
+        else:
+            parts = [self._decoded(c[0]) for c in rep] + ["", "", "", ""]
+            ns, uid, kind = parts[1], parts[2], parts[3]
+            id_type = ""
+        if id_type.strip().upper() in self.profile.identifier_remove_types:
+            return None
+        system = identifier_system(self.profile, ns, uid, kind)
+        if fpe is not None and selects(fpe, {id_type}):  # the FHIR `fpe` namespace and tweak: one MRN maps the same
+            return self.pseudo.identifier_fpe(system, value, fpe_format(fpe))
+        return self.pseudo.identifier(system, value)
+
+    # --- known identifiers
+    def _record(self, datatype: str, comps: list[list[str]], where: str) -> None:
+        add = self.known.add
+
+        def c(i: int) -> list[str]:
+            return [s for s in comps[i - 1] if s.strip()] if len(comps) >= i else []
+
+        if datatype in ("XPN", "XCN", "PPN"):
+            first = 1 if datatype == "XPN" else 2
+            parts = c(first + 1) + c(first + 2) + c(first)  # given, middle, family (with its subcomponents)
+            if parts:
+                add(KnownIdentifier(" ".join(parts), "NAME"))
+        elif datatype == "NDL":
+            parts = c(1)[1:4]
+            if parts:
+                add(KnownIdentifier(" ".join(parts), "NAME"))
+        elif datatype == "XAD":
+            for i in (1, 2, 3, 4, 5, 8, 9, 10):
+                for v in c(i):
+                    # two-letter state codes are kept by Safe Harbor; other short codes are not places
+                    if not re.fullmatch(r"[A-Za-z]{1,2}" if i == 4 else r"[A-Za-z]{1,3}", v.strip()):
+                        add(KnownIdentifier(v, "GEOGRAPHIC_LOCATION"))
+            if len(c(1)) > 1:
+                add(KnownIdentifier(" ".join(c(1)), "GEOGRAPHIC_LOCATION"))
+        elif datatype == "XTN":
+            category = "FAX_NUMBER" if (c(3) or [""])[0].upper() == "FX" else "PHONE_NUMBER"
+            for v in c(1) + c(12):
+                add(KnownIdentifier(v, category if "@" not in v else "EMAIL_ADDRESS"))
+            for v in c(4):
+                add(KnownIdentifier(v, "EMAIL_ADDRESS"))
+            number = "".join((c(5) or [""])[0:1] + (c(6) or [""])[0:1] + (c(7) or [""])[0:1])
+            if number:
+                add(KnownIdentifier(number, category))
+            if c(7):
+                add(KnownIdentifier(c(7)[0], category))
+        elif datatype == "CX":
+            for v in c(1):
+                id_type = (c(5) or [""])[0].upper()
+                add(KnownIdentifier(v, self.profile.identifier_categories.get(id_type, "UNIQUE_IDENTIFIER")))
+
+    # --- narrative
+    def text(self, holder: list[str], j: int, where: str, owner: str | None, rep, seg: er7.Segment) -> None:
+        raw = holder[j]
+        decoded = self._decoded(raw)
+        if is_full_dtm(decoded):  # a date in a field we only know as text still gets the date rule
+            dtm = self._resolve(Rule(type="DTM"))
+            result = self.value(dtm.method, decoded, where, owner, rep, None) if isinstance(dtm, Rule) else None
+            holder[j] = "" if result is None else er7.escape(result, self.d)
+            return
+        if owner == "ED" and where.endswith(".5"):
+            self._payload(holder, j, where, rep)
+            return
+        note = self._note_for(seg, where)
+        note.parts.append((holder, j))
+        note.texts.append(decoded)
+
+    def _note_for(self, seg: er7.Segment, where: str) -> Note:
+        if seg.sid == "OBX" and where.rsplit("-", 1)[-1].split(".")[0] == "5":
+            vtype = self._decoded(seg.get(2)).strip().upper()
+            if vtype in self.profile.narrative_types:
+                key = f"{seg.get(3)}|{seg.get(4)}|{vtype}"
+                if self._open_note and self._open_note[0] == key:
+                    return self._open_note[1]
+                note = Note(where, write=self._write_leaves)
+                self.notes.append(note)
+                self._open_note = (key, note)
+                return note
+        note = Note(where, write=self._write_leaves)
+        self.notes.append(note)
+        return note
+
+    def _write_leaves(self, note: Note, spans: list[Span]) -> None:
+        start = 0
+        for (holder, j), text in zip(note.parts, note.texts):
+            end = start + len(text)
+            mine = [(max(s.start, start) - start, min(s.end, end) - start, f"[{s.category}]")
+                    for s in spans if s.start < end and s.end > start]
+            holder[j] = er7.rewrite(holder[j], self.d, mine)
+            start = end + 1  # the "\n" that joined the lines
+
+    def _payload(self, holder: list[str], j: int, where: str, rep) -> None:
+        """ED-5: text payloads are decoded, scanned and re-encoded; anything else (PDF, images) is removed."""
+        part = [self._decoded(c[0]).strip().upper() for c in rep] + ["", "", "", ""]
+        data_type, subtype, encoding = part[1], part[2], part[3]
+        textual = data_type == "TEXT" or subtype in TEXT_PAYLOAD_SUBTYPES or subtype.startswith("X-HL7-CDA")
+        if not textual or encoding not in ("A", "BASE64", "HEX", ""):
+            holder[j] = ""
+            return
+        raw = self._decoded(holder[j])
+        try:
+            if encoding == "BASE64":
+                text = base64.b64decode(raw, validate=True).decode("utf-8")
+            elif encoding == "HEX":
+                text = bytes.fromhex(raw).decode("utf-8")
+            else:
+                text = raw
+        except ValueError:
+            raise InputError(f"{where}: encapsulated data is not valid {encoding.lower() or 'text'} in UTF-8") from None
+
+        def write(note: Note, spans: list[Span]) -> None:
+            out = replace.apply(note.texts[0], spans)
+            if encoding == "BASE64":
+                holder[j] = base64.b64encode(out.encode()).decode()
+            elif encoding == "HEX":
+                holder[j] = out.encode().hex().upper()
+            else:
+                holder[j] = er7.escape(out, self.d)
+
+        self.notes.append(Note(where, [(holder, j)], [text], write))
+
+    def _decoded(self, raw: str) -> str:
+        return er7.decode(raw, self.d)[0] if self.d.escape in raw else raw
+
+
+def _patient_key(message: er7.Message, profile: HL7Profile) -> str:
+    """Whose date offset applies (longitudinal): the first PID-3 identifier, by its FHIR system and value."""
+    pid = message.first("PID")
+    if not pid:
+        return ""
+    d = message.delimiters
+    first = pid.get(3).split(d.repetition)[0].split(d.component)
+    value = er7.decode(first[0], d)[0]
+    hd = (er7.decode(first[3], d)[0].split(d.subcomponent) if len(first) > 3 else []) + ["", "", ""]
+    return f"{identifier_system(profile, hd[0], hd[1], hd[2])}|{value}"
+
+
+@dataclass
+class HL7Deidentifier:
+    """Profile, pseudonyms, text stack and clock: everything an HL7v2 message needs (the MLLP edge uses it too)."""
+
+    profile: HL7Profile
+    pseudo: Pseudonymizer
+    stack: TextStack
+    clock: Callable[[], date] = dates.today
+
+    @classmethod
+    def from_names(cls, profile: str, pseudo: Pseudonymizer, stack: TextStack,
+                   clock: Callable[[], date] = dates.today) -> HL7Deidentifier:
+        from fhir_transforms.hl7v2.rules import load_hl7_profile
+
+        return cls(load_hl7_profile(profile), pseudo, stack, clock)
+
+    def deidentify(self, message: str) -> str:
+        """One ER7 message in, its de-identified ER7 out (segments ended by \\r).
+
+        InputError when it is not one parseable message; RecordRefused when a detector failed or a known
+        identifier survived. Messages name segments, fields and categories, never values.
+        """
+        return self._message(er7.parse_message(message), "message")
+
+    def deidentify_file_text(self, text: str) -> str:
+        """Every message of a file (and its FHS/BHS/BTS/FTS envelope), de-identified, in order."""
+        items = er7.parse_text(text)
+        out = []
+        n = 0
+        for item in items:
+            if item.envelope:
+                out.append(self._message(item, f"envelope {item.segments[0].sid}"))
+            else:
+                n += 1
+                out.append(self._message(item, f"message {n}"))
+        return "".join(out)
+
+    def _message(self, message: er7.Message, where: str) -> str:
+        before = message.ids()
+        known: set[KnownIdentifier] = set()
+        walk = MessageWalk(self, message, known)
+        walk.run()
+        known_ids = tuple(sorted((k for k in known if len(k.value.strip()) >= 2), key=_value_and_category))
+        notes = walk.notes
+        try:
+            found = self.stack.detect_many([n.text for n in notes], known_ids)
+        except DetectorError as e:
+            raise RecordRefused(f"{where}: text detector failed: {e}") from None
+        for note, spans in zip(notes, found):
+            note.write(note, spans)
+        walk.finish()
+        leaks = leak_guard.scan(_output_strings(message, self.profile.leak_guard_skip), known_ids)
+        if leaks:
+            shown = "; ".join(str(leak) for leak in leaks[:5])
+            raise RecordRefused(f"{where}: leak guard refused the output: {len(leaks)} known identifier(s) survived: {shown}")
+        out = message.to_er7()
+        if not message.envelope:
+            try:
+                er7.check_output(before, out)
+            except RuntimeError as e:
+                raise RecordRefused(f"{where}: {e} (a bug; nothing written)") from None
+        return out
+
+
+def _value_and_category(k: KnownIdentifier) -> tuple[str, str]:
+    return k.value, k.category  # KnownIdentifier's own order, without its generated __lt__
+
+
+def _fields(seg: er7.Segment):
+    """(field number, raw value) of each field present; a header's MSH-1/MSH-2 (its delimiters) are not fields here."""
+    if seg.sid in er7.HEADERS:
+        return enumerate(seg.parts[2:], 3)
+    return enumerate(seg.parts[1:], 1)
+
+
+def _output_strings(message: er7.Message, skip: frozenset[str] = frozenset()):
+    """Every field of the output as the leak guard reads it: leaves unescaped, ED text payloads decoded."""
+    d = message.delimiters
+    to_separator = er7.leaf_separators(d, LEAF_SEPARATOR)
+    for k, seg in enumerate(message.segments, 1):
+        for n, raw in _fields(seg):
+            if not raw or f"{seg.sid}.{n}" in skip:
+                continue
+            path = f"{seg.sid}[{k}]-{n}"
+            ed = seg.sid == "OBX" and n == 5 and seg.get(2).upper().startswith("ED")
+            if d.escape not in raw and not ed:  # nothing to unescape: the leaves are the raw text between separators
+                yield path, raw.translate(to_separator)
+                continue
+            leaves = [er7.decode(s, d)[0] for r in er7.split_field(raw, d) for c in r for s in c]
+            yield path, LEAF_SEPARATOR.join(leaves)
+            if ed:
+                for leaf in leaves:
+                    try:
+                        yield path, base64.b64decode(leaf, validate=True).decode("utf-8")
+                    except ValueError:
+                        continue

@@ -1,0 +1,230 @@
+"""HL7v2 profiles (mappings/hl7v2/*.yaml) and the HL7 forms of the shared value functions.
+
+Rules use the FHIR method vocabulary (remove, keep, year, shift, pseudonym, zip3, age90, text); a rule may
+also name a datatype whose components have their own rules. Values are transformed by fhir_transforms:
+the one keyed pseudonym, `dates.year_only`/`dates.shift` through the DTM adapter below, `zipcodes.zip3`.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import date
+from functools import lru_cache
+from pathlib import Path
+
+
+from fhir_transforms import dates
+from fhir_transforms.rules import METHODS, ProfileError, check_options, read_profile_file
+import mappings
+
+MAPPINGS = Path(mappings.__file__).resolve().parent / "hl7v2"
+# YYYY[MM[DD[HH[MM[SS[.S[S[S[S]]]]]]]]][+/-ZZZZ]
+DTM_RE = re.compile(r"^(?P<date>\d{4}(?:\d{2}(?:\d{2})?)?)(?P<time>(?:\d{2}(?:\d{2}(?:\d{2}(?:\.\d{1,4})?)?)?)?)"
+                    r"(?P<tz>[+-]\d{4})?$")
+FULL_DTM_RE = re.compile(r"^\d{8}(?:\d{2,6}(?:\.\d{1,4})?)?(?:[+-]\d{4})?$")
+
+
+class DTMError(ValueError):
+    """A value is not an HL7 DT/DTM (the message never quotes it)."""
+
+
+def _dtm(value: str) -> re.Match:
+    m = DTM_RE.match(value.strip())
+    if not m or (m.group("time") and len(m.group("date")) < 8):
+        raise DTMError("not an HL7 DTM value")
+    return m
+
+
+def dtm_to_fhir_date(value: str) -> str:
+    """`19880818...` → `1988-08-18` (the precision the date part has)."""
+    d = _dtm(value).group("date")
+    return "-".join(x for x in (d[:4], d[4:6], d[6:8]) if x)
+
+
+def dtm_year(value: str) -> str:
+    """Year only: `198808181126+0215` → `1988`."""
+    return dates.year_only(dtm_to_fhir_date(value))
+
+
+def dtm_shift(value: str, days: int) -> str:
+    """Shift the date part by `days`; time, fractional seconds and offset are kept, and so is the precision."""
+    m = _dtm(value)
+    shifted = dates.shift(dtm_to_fhir_date(value), days).replace("-", "")
+    return shifted + m.group("time") + (m.group("tz") or "")
+
+
+def dtm_full_date(value: str) -> str | None:
+    """The ISO calendar day of a DTM with day precision (a known identifier for the text stack), else None."""
+    try:
+        d = _dtm(value).group("date")
+    except DTMError:
+        return None
+    return f"{d[:4]}-{d[4:6]}-{d[6:8]}" if len(d) == 8 else None
+
+
+def dtm_age(value: str, on: date) -> int:
+    return dates.age_in_years(dtm_to_fhir_date(value), on)
+
+
+def is_dtm(value: str) -> bool:
+    try:
+        _dtm(value)
+    except DTMError:
+        return False
+    return len(value.strip()) >= 6
+
+
+def is_full_dtm(value: str) -> bool:
+    return bool(FULL_DTM_RE.match(value.strip()))
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A method, or a datatype (`type`) whose components are ruled in the profile's `datatypes`."""
+
+    method: str | None = None
+    type: str | None = None
+    options: dict = field(default_factory=dict, hash=False, compare=False)
+
+
+@dataclass(frozen=True)
+class Datatype:
+    name: str
+    components: dict[int, Rule]
+    default: Rule
+
+
+@dataclass
+class HL7Profile:
+    name: str
+    version: str
+    fields: dict[str, Rule]
+    datatypes: dict[str, Rule | Datatype]
+    segments: frozenset[str]  # segments with field rules; their unlisted fields get `unlisted_field`
+    unlisted_field: Rule
+    unknown_segment: Rule
+    observation_values: dict[str, Rule]
+    observation_ages: frozenset[str]
+    narrative_types: frozenset[str]
+    identifier_remove_types: frozenset[str]
+    identifier_categories: dict[str, str]
+    authorities: dict[str, str]
+    key_id_field: str
+    leak_guard_skip: frozenset[str] = frozenset()
+    # lookups repeat for every field of every message: each answer is worked out once
+    _rules: dict[tuple[str, int], Rule] = field(default_factory=dict, repr=False)
+    _resolved: dict[Rule, Rule | Datatype] = field(default_factory=dict, repr=False)  # by datatype name
+
+    def rule(self, sid: str, n: int) -> Rule:
+        """The rule for field `n` of segment `sid`: listed, else the segment's default, else the unknown-segment one."""
+        found = self._rules.get((sid, n))
+        if found is None:
+            found = self.fields.get(f"{sid}.{n}") or (self.unlisted_field if sid in self.segments
+                                                      else self.unknown_segment)
+            self._rules[(sid, n)] = found
+        return found
+
+    def datatype(self, name: str) -> Rule | Datatype:
+        try:
+            return self.datatypes[name]
+        except KeyError:
+            raise ProfileError(f"{self.name}: unknown datatype {name!r}") from None
+
+    def resolve(self, rule: Rule) -> Rule | Datatype:
+        """A method rule as it is, or the datatype a rule names (followed through datatypes that name another)."""
+        if not rule.type:
+            return rule  # not cached: rules compare without their options
+        found = self._resolved.get(rule)
+        if found is None:
+            found, seen = rule, 0
+            while isinstance(found, Rule) and found.type and seen < 8:
+                found, seen = self.datatype(found.type), seen + 1
+            self._resolved[rule] = found
+        return found
+
+
+def _rule(spec, where: str, datatypes: set[str]) -> Rule:
+    if isinstance(spec, str):
+        spec = {"method": spec} if spec in METHODS else {"type": spec}
+    if "type" in spec:
+        if spec["type"] not in datatypes:
+            raise ProfileError(f"{where}: unknown datatype {spec['type']!r}")
+        return Rule(type=spec["type"], options={k: v for k, v in spec.items() if k != "type"})
+    method = spec.get("method")
+    if method not in METHODS:
+        raise ProfileError(f"{where}: unknown method {method!r} (known: {', '.join(sorted(METHODS))})")
+    options = {k: v for k, v in spec.items() if k != "method"}
+    check_options(method, options, where)
+    if method == "pseudonym" and options:
+        _check_token_options(options, where)
+    return Rule(method=method, options=options)
+
+
+def _check_token_options(options: dict, where: str) -> None:
+    """`pseudonym` with a `namespace` (and optionally `per_sender`, `length`) gives a keyed token, not an identifier."""
+    unknown = set(options) - {"namespace", "per_sender", "length"}
+    if unknown or not isinstance(options.get("namespace"), str) or not options["namespace"]:
+        raise ProfileError(f"{where}: pseudonym takes namespace (text), per_sender and length; got {sorted(options)}")
+    length = options.get("length", 32)
+    if not isinstance(length, int) or not 16 <= length <= 64:
+        raise ProfileError(f"{where}: pseudonym length must be 16 to 64 hex characters")
+
+
+@lru_cache(maxsize=None)
+def load_hl7_profile(name: str) -> HL7Profile:
+    """Read and check an HL7v2 profile by name; every method and datatype it names must be known."""
+    doc = read_profile_file(MAPPINGS, name, ("fields", "datatypes"))
+    names = set(doc.get("datatypes", {}))
+    datatypes: dict[str, Rule | Datatype] = {}
+    for dt, spec in doc.get("datatypes", {}).items():
+        where = f"{name}: datatypes.{dt}"
+        if isinstance(spec, dict) and "method" not in spec and "type" not in spec:
+            comps = {int(k): _rule(v, f"{where}.{k}", names) for k, v in spec.items() if str(k).isdigit()}
+            datatypes[dt] = Datatype(dt, comps, _rule(spec.get("default", "remove"), f"{where}.default", names))
+        else:
+            datatypes[dt] = _rule(spec, where, names)
+    fields = {}
+    for path, spec in doc.get("fields", {}).items():
+        if not re.fullmatch(r"[A-Z][A-Z0-9]{2}\.\d+", path):
+            raise ProfileError(f"{name}: field rule {path!r} is not SEG.n")
+        fields[path] = _rule(spec, f"{name}: {path}", names)
+    ids = doc.get("identifiers", {})
+    return HL7Profile(
+        name=doc["profile"],
+        version=str(doc["version"]),
+        fields=fields,
+        datatypes=datatypes,
+        segments=frozenset(p.split(".")[0] for p in fields) | frozenset(doc.get("segments", [])),
+        unlisted_field=_rule(doc.get("unlisted_field", "text"), f"{name}: unlisted_field", names),
+        unknown_segment=_rule(doc.get("unknown_segment", "text"), f"{name}: unknown_segment", names),
+        observation_values={k: _rule(v, f"{name}: observation_values.{k}", names)
+                            for k, v in doc.get("observation_values", {}).items()},
+        observation_ages=frozenset(doc.get("observation_ages", [])),
+        narrative_types=frozenset(doc.get("narrative_types", ["TX", "FT", "ST"])),
+        identifier_remove_types=frozenset(ids.get("remove_types", [])),
+        identifier_categories=dict(ids.get("categories", {})),
+        authorities={str(k): str(v) for k, v in (doc.get("assigning_authorities") or {}).items()},
+        key_id_field=str(doc.get("key_id_field", "MSH.8")),
+        leak_guard_skip=frozenset(doc.get("leak_guard_skip", [])),
+    )
+
+
+def identifier_system(profile: HL7Profile, namespace_id: str, universal_id: str, universal_id_type: str) -> str:
+    """The FHIR Identifier.system for an assigning authority (HD), so HL7 and FHIR pseudonyms of one MRN match.
+
+    1. `assigning_authorities` in the profile, by universal id or namespace id (a site's explicit mapping);
+    2. a universal id of type ISO → `urn:oid:<id>`; of type URI/URL → the id itself; UUID → `urn:uuid:<id>`;
+    3. else the namespace id as it is ("" when the authority is empty).
+    """
+    for k in (universal_id, namespace_id):
+        if k and k in profile.authorities:
+            return profile.authorities[k]
+    kind = universal_id_type.upper()
+    if universal_id:
+        if kind == "ISO":
+            return universal_id if universal_id.startswith("urn:oid:") else f"urn:oid:{universal_id}"
+        if kind in ("URI", "URL"):
+            return universal_id
+        if kind == "UUID":
+            return f"urn:uuid:{universal_id}"
+    return namespace_id

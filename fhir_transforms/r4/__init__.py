@@ -1,0 +1,1 @@
+"""The FHIR R4 engine: rule walker, narrative, references, record flow."""

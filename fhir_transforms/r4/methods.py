@@ -1,0 +1,180 @@
+"""One function per rule method. Each takes the element's value and its Site and returns the new value,
+REMOVE, or a TextRef (the value goes through the text stack). The walker knows no method's meaning."""
+from __future__ import annotations
+
+import base64
+import hashlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+from fhir_transforms import dates, zipcodes
+from fhir_transforms.r4 import references
+from fhir_transforms.errors import InputError
+from fhir_transforms.fpe import fpe_format, selects
+from fhir_transforms.known import PERSON_REFERENCE_RE, identifier_category
+from fhir_transforms.r4.xhtml import Narrative
+
+if TYPE_CHECKING:
+    from fhir_transforms.r4.walker import Site
+
+REMOVE = object()
+REFERENCE_ELEMENTS = {"reference", "fullUrl", "url", "location"}  # values that point at a resource
+AGE_EXTENSION = "http://deid-adapter.org/fhir/StructureDefinition/age-over-89"
+DATA_ABSENT = "http://hl7.org/fhir/StructureDefinition/data-absent-reason"
+TEXT_CONTENT_TYPES = ("text/", "application/json", "application/xml", "application/fhir+json", "application/fhir+xml")
+YEARS_PER_UNIT = {"a": 1, "yr": 1, "year": 1, "years": 1, "mo": 1 / 12, "month": 1 / 12, "wk": 1 / 52.1775,
+                  "d": 1 / 365.25, "day": 1 / 365.25}
+
+
+@dataclass
+class TextRef:
+    """Texts to send through the text stack, and how to rebuild the element from their replacements."""
+
+    texts: list[str]
+    build: Callable[[list[str]], Any]
+
+
+def remove(value, site: Site):
+    if site.element.name == "value" and site.owner == "Identifier":
+        site.record_known(value, identifier_category(site.parent))
+    site.label("REDACTED")
+    return REMOVE
+
+
+def keep(value, site: Site):
+    return value
+
+
+def year(value, site: Site):
+    site.record_known(value, "DATE")
+    site.label("ABSTRED")
+    if site.element.type == "instant":
+        if not site.element.required:
+            return REMOVE  # an instant cannot hold a year alone
+        site.generated()
+        return dates.year_floor_instant(value)
+    site.generated()
+    return dates.year_only(value)
+
+
+def shift(value, site: Site):
+    site.record_known(value, "DATE")
+    site.label("PSEUDED")
+    site.generated()
+    return dates.shift(value, site.day_offset())
+
+
+def pseudonym(value, site: Site):
+    pseudo = site.pseudo
+    if site.element.name == "value" and site.owner == "Identifier":
+        site.record_known(value, identifier_category(site.parent))
+        if site.removes_identifier():
+            return remove(value, site)
+        result = pseudo.identifier(site.parent.get("system"), value)
+    elif site.element.name == "id":
+        result = pseudo.resource_id(value)
+    elif site.element.name == "ifNoneExist":
+        result = references.rewrite_query(value, pseudo)
+    elif site.element.name in REFERENCE_ELEMENTS:
+        result = site.rewrite_reference(value)
+    else:  # an identifier kept as a plain string (Coverage.subscriberId, ...), namespaced by its path
+        site.record_known(value, site.options.get("category", "UNIQUE_IDENTIFIER"))
+        result = pseudo.token("value|" + site.fpath, value)
+    if result is None:
+        return remove(value, site)
+    site.label("PSEUDED")
+    site.generated()
+    return result
+
+
+def fpe(value, site: Site):
+    """Format-preserving pseudonym (FF3-1) for identifier values; ids and references keep the keyed pseudonym."""
+    if site.element.name == "value" and site.owner == "Identifier":
+        site.record_known(value, identifier_category(site.parent))
+        if site.removes_identifier():
+            return remove(value, site)
+        codes = {c.get("code") or "" for c in (site.parent.get("type") or {}).get("coding", []) or []}
+        if not selects(site.options, codes):
+            return pseudonym(value, site)
+        result = site.pseudo.identifier_fpe(site.parent.get("system"), value, fpe_format(site.options))
+    elif site.element.name == "id" or site.element.name == "ifNoneExist" or site.element.name in REFERENCE_ELEMENTS:
+        return pseudonym(value, site)
+    else:  # an identifier kept as a plain string, namespaced by its path
+        site.record_known(value, site.options.get("category", "UNIQUE_IDENTIFIER"))
+        result = site.pseudo.format_preserving("value|" + site.fpath, value, fpe_format(site.options))
+    site.label("PSEUDED")
+    return result  # not marked generated: the leak guard reads FPE output, which has the shape of real identifiers
+
+
+def zip3(value, site: Site):
+    site.label("ABSTRED")
+    result = zipcodes.zip3(value)
+    if result is None:
+        return REMOVE
+    site.generated()
+    return result
+
+
+def age90(value, site: Site):
+    """Ages over 89 become 90+: an Age of 90 or more becomes `>= 90 a`; a birth date that reveals it is removed."""
+    if isinstance(value, dict):  # Age (a Quantity)
+        years = value.get("value")
+        per_unit = YEARS_PER_UNIT.get(value.get("code") or value.get("unit") or "a")
+        if years is not None and per_unit is not None and years * per_unit >= 90:
+            site.label("AGGRED")
+            return {**{k: v for k, v in value.items() if k not in ("value", "comparator", "unit", "code")},
+                    "value": 90, "comparator": ">=", "unit": "a", "system": "http://unitsofmeasure.org", "code": "a"}
+        return site.walk_into(value)
+    site.record_known(value, "DATE")
+    if dates.age_in_years(value, site.clock()) >= 90:
+        site.label("AGGRED")
+        site.add_primitive_extensions([
+            {"url": AGE_EXTENSION, "valueString": "90+"},
+            {"url": DATA_ABSENT, "valueCode": "masked"},
+        ])
+        return REMOVE
+    return site.apply_type_rule(value)
+
+
+def text(value, site: Site):
+    """Free text, XHTML narrative and base64 text attachments go through the text stack."""
+    if site.element.type == "xhtml":
+        try:
+            narrative = Narrative.parse(value)
+        except ValueError:
+            raise InputError(f"{site.path}: narrative is not well-formed XHTML") from None
+        return TextRef(narrative.texts, narrative.render)
+    if site.element.type == "base64Binary":
+        return _attachment_text(value, site)
+    if site.owner == "Reference" and site.element.name == "display" and PERSON_REFERENCE_RE.match(
+            str(site.parent.get("reference", ""))):
+        site.record_known(value, "NAME")  # "Dr. Ronny Block" on a reference to a Practitioner
+    return TextRef([value], lambda replaced: replaced[0])
+
+
+def _attachment_text(value, site: Site):
+    content_type = (site.parent.get("contentType") or "").lower()
+    if not content_type.startswith(TEXT_CONTENT_TYPES):
+        return remove(value, site)  # images, PDFs, ...: cannot be checked, so never passed through
+    charset = "utf-8"
+    if "charset=" in content_type:
+        charset = content_type.split("charset=", 1)[1].split(";")[0].strip() or "utf-8"
+    try:
+        decoded = base64.b64decode(value, validate=True).decode(charset)
+    except (ValueError, LookupError):
+        raise InputError(f"{site.path}: attachment is not valid base64 text in its charset") from None
+    parent = site.parent
+
+    def build(replaced: list[str]) -> str:
+        raw = replaced[0].encode(charset)
+        parent["size"] = len(raw)
+        parent["hash"] = base64.b64encode(hashlib.sha1(raw).digest()).decode()
+        return base64.b64encode(raw).decode()
+
+    return TextRef([decoded], build)
+
+
+METHODS: dict[str, Callable] = {
+    "remove": remove, "keep": keep, "year": year, "shift": shift, "pseudonym": pseudonym,
+    "zip3": zip3, "age90": age90, "text": text, "fpe": fpe,
+}

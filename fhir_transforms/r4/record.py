@@ -1,0 +1,235 @@
+"""De-identify one FHIR record (a Bundle or a resource): the one flow every entry point uses.
+
+parse → known identifiers → rules → text stack → leak guard → (validated) output.
+"""
+from __future__ import annotations
+
+import base64
+import html
+import marshal
+import re
+from dataclasses import dataclass, field
+from datetime import date
+from typing import Callable, Iterable, Iterator
+
+from pydantic import ValidationError
+
+from fhir.resources.R4B import get_fhir_model_class
+from fhir_transforms import dates, known as known_ids
+from fhir_transforms.errors import DetectorFailed, InputError, RecordRefused
+from fhir_transforms.r4.methods import TEXT_CONTENT_TYPES
+from fhir_transforms.pseudonym import Pseudonymizer
+from fhir_transforms.rules import Profile
+from fhir_transforms.r4.walker import RecordContext, WrittenSlots, stamp_all, walk_resource
+from text_deid import leak_guard, replace
+from text_deid.spans import DetectorError, KnownIdentifier, Span
+from text_deid.stack import TextStack
+
+TAG_RE = re.compile(r"<[^>]+>")
+ATTRIBUTE_RE = re.compile(r'=\s*"([^"]*)"')
+SKIP_KEYS = {"resourceType", "system", "url"}  # structure, not content: codes of terminologies and extension urls
+
+
+@dataclass(frozen=True)
+class Finding:
+    """Where the text stack found PHI: the JSON path of the text, and the span (offsets, category, detector)."""
+
+    path: str
+    span: Span
+
+
+@dataclass
+class RecordResult:
+    resource: dict
+    findings: list[Finding] = field(default_factory=list)
+    texts: int = 0
+    detector_seconds: dict[str, float] = field(default_factory=dict)
+    known: tuple[KnownIdentifier, ...] = ()  # what the record's text and leak guard were checked against
+
+    @property
+    def spans_by_category(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for f in self.findings:
+            counts[f.span.category] = counts.get(f.span.category, 0) + 1
+        return counts
+
+
+@dataclass
+class Deidentifier:
+    """Everything a record needs: profile, pseudonyms, text stack, clock, and whether to validate."""
+
+    profile: Profile
+    pseudo: Pseudonymizer
+    stack: TextStack
+    clock: Callable[[], date] = dates.today
+    validate: bool = True
+
+    def deidentify(self, resource: dict, path: str = "", linked: Iterable[KnownIdentifier] = (), *,
+                   consume: bool = False) -> RecordResult:
+        """The de-identified copy of `resource`, or InputError / RecordRefused; never a partial result.
+
+        `linked`: known identifiers of people the record points at but does not hold (a bulk export's
+        Patient, read from another file), masked in its text and checked by the leak guard like its own.
+        `consume`: `resource` comes straight from json.loads (so it holds only JSON's own types, and no
+        object twice) and the caller gives it up: it is de-identified in place instead of copied, and
+        whatever the outcome, only its resourceType may be read afterwards.
+        """
+        if not isinstance(resource, dict):
+            raise InputError(f"{path or 'input'}: a FHIR resource must be a JSON object")
+        rtype = resource.get("resourceType")
+        path = path or str(rtype)
+        if self.validate:
+            validate(resource, path)
+        doc = resource if consume else _copy(resource)
+        members = list(iter_resources(doc))
+        patients = [r.get("id") for r in members if r.get("resourceType") == "Patient" and r.get("id")]
+        ctx = RecordContext(self.profile, self.pseudo, self.clock, patients[0] if len(patients) == 1 else None)
+        ctx.known.update(known_ids.collect(members))
+        ctx.known.update(linked)
+        walk_resource(doc, path, ctx)
+        # sorted by (value, category) as the dataclass orders them, without its generated __lt__
+        known = tuple(sorted((k for k in ctx.known if len(k.value.strip()) >= 2), key=_known_order))
+
+        texts = [t for p in ctx.pending for t in p.ref.texts]
+        timings: dict[str, float] = {}
+        try:
+            spans = self.stack.detect_many(texts, known, timings)
+        except DetectorError as e:
+            raise DetectorFailed(f"{path}: text detector failed: {e}") from None
+        findings: list[Finding] = []
+        i = 0
+        for pending in ctx.pending:
+            n = len(pending.ref.texts)
+            replaced = []
+            for text, found in zip(pending.ref.texts, spans[i:i + n]):
+                findings.extend(Finding(pending.path, s) for s in found)
+                if found:
+                    pending.labels.add("MASKED")
+                replaced.append(replace.apply(text, found) if found else text)
+            pending.write(pending.ref.build(replaced))
+            i += n
+        stamp_all(ctx)
+
+        # Most records hold no surviving identifier: search the output's distinct texts first, and work out
+        # their paths only when something is found.
+        leaks = [] if leak_guard.clean(output_texts(doc, ctx.generated), known) else leak_guard.scan(
+            output_strings(doc, ctx.generated, path), known)
+        if leaks:
+            shown = "; ".join(str(leak) for leak in leaks[:5])
+            raise RecordRefused(f"{path}: leak guard refused the output: {len(leaks)} known identifier(s) survived: {shown}")
+        if self.validate:
+            try:
+                validate(doc, path)
+            except InputError as e:
+                raise RecordRefused(f"output failed validation (a bug; nothing written): {e}") from None
+        return RecordResult(doc, findings, len(texts), timings, known)
+
+
+def _known_order(k: KnownIdentifier) -> tuple[str, str]:
+    return k.value, k.category
+
+
+def _copy(resource: dict) -> dict:
+    """A deep copy of JSON data, many times faster than copy.deepcopy. Marshal format 2 keeps no object
+    references, so a sub-object the caller shared between two places becomes two objects, as with JSON."""
+    try:
+        return marshal.loads(marshal.dumps(resource, 2))
+    except ValueError:
+        raise InputError("input: a FHIR resource must hold only JSON values") from None
+
+
+def validate(resource: dict, path: str) -> None:
+    """Validate against the R4B models; the message names locations and error types, never values."""
+    rtype = resource.get("resourceType")
+    try:
+        get_fhir_model_class(rtype).model_validate(resource)
+    except (KeyError, ValueError, TypeError) as e:
+        if isinstance(e, ValidationError):
+            where = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc'])}: {err['type']}" for err in e.errors(include_input=False)[:5]
+            )
+            raise InputError(f"{path}: not a valid FHIR R4 {rtype}: {where}") from None
+        raise InputError(f"{path}: not a FHIR R4 resource the R4B models know (resourceType {rtype!r})") from None
+
+
+def iter_resources(doc: dict) -> Iterator[dict]:
+    """A resource, its contained resources, and for a Bundle every entry's resource (recursively)."""
+    if not isinstance(doc, dict):
+        return
+    yield doc
+    for c in doc.get("contained", []) or []:
+        yield from iter_resources(c)
+    for entry in doc.get("entry", []) or [] if doc.get("resourceType") == "Bundle" else []:
+        if isinstance(entry, dict) and isinstance(entry.get("resource"), dict):
+            yield from iter_resources(entry["resource"])
+
+
+def output_strings(node, generated: WrittenSlots, path: str) -> list[tuple[str, str]]:
+    """Every string of the output the leak guard must read, with its path: XHTML as text, text attachments
+    decoded; the values the engine wrote itself are not read."""
+    found: list[tuple[str, str]] = []
+    _collect_strings(node, generated.by_id, path, found)
+    return found
+
+
+def output_texts(node, generated: WrittenSlots) -> list[str]:
+    """The distinct texts of `output_strings`, in the same order, without their paths."""
+    found: dict[str, None] = {}
+    _collect_texts(node, generated.by_id, found)
+    return list(found)
+
+
+def _collect_strings(node, written_in: dict[int, set], path: str, found: list) -> None:
+    # a plain recursive walk (no generators): it visits every value of every record
+    is_dict = type(node) is dict
+    written = written_in.get(id(node), ())
+    items = node.items() if is_dict else enumerate(node)
+    for k, v in items:
+        if is_dict and k in SKIP_KEYS:
+            continue
+        t = type(v)
+        if t is dict or t is list:
+            _collect_strings(v, written_in, f"{path}.{k}" if is_dict else f"{path}[{k}]", found)
+        elif t is str:
+            sub = f"{path}.{k}" if is_dict else f"{path}[{k}]"
+            if is_dict and k == "div":
+                found.append((sub, html.unescape(TAG_RE.sub(" ", v))))
+                found.append((sub, " ".join(ATTRIBUTE_RE.findall(v))))  # attribute values the text stack did not read
+            elif is_dict and k == "data" and str(node.get("contentType", "")).lower().startswith(TEXT_CONTENT_TYPES):
+                found.append((sub, base64.b64decode(v).decode("utf-8", "replace")))
+            elif k not in written:
+                found.append((sub, v))
+
+
+def _collect_texts(node: dict, written_in: dict[int, set], found: dict) -> None:
+    # _collect_strings without paths: this one runs on every record, _collect_strings only where it finds something
+    written = written_in.get(id(node))
+    for k, v in node.items():
+        if k in SKIP_KEYS:
+            continue
+        t = type(v)
+        if t is str:
+            if k == "div":
+                found[html.unescape(TAG_RE.sub(" ", v))] = None
+                found[" ".join(ATTRIBUTE_RE.findall(v))] = None
+            elif k == "data" and str(node.get("contentType", "")).lower().startswith(TEXT_CONTENT_TYPES):
+                found[base64.b64decode(v).decode("utf-8", "replace")] = None
+            elif written is None or k not in written:
+                found[v] = None
+        elif t is dict:
+            _collect_texts(v, written_in, found)
+        elif t is list:
+            _collect_items(v, written_in, found)
+
+
+def _collect_items(items: list, written_in: dict[int, set], found: dict) -> None:
+    written = written_in.get(id(items))
+    for i, v in enumerate(items):
+        t = type(v)
+        if t is str:
+            if written is None or i not in written:
+                found[v] = None
+        elif t is dict:
+            _collect_texts(v, written_in, found)
+        elif t is list:
+            _collect_items(v, written_in, found)

@@ -1,0 +1,401 @@
+"""Walk a FHIR resource with its element types and apply the profile's rules.
+
+The walker finds a rule for each element (fhir_transforms/rules.py) and calls the method of that name
+(fhir_transforms/r4/methods.py). Text is not replaced here: `text` methods hand back TextRefs that the
+record engine sends through the text stack in one batch, then writes back.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import date
+from types import MappingProxyType
+from typing import Callable, Mapping
+
+from fhir_transforms.r4 import references
+from fhir_transforms.errors import InputError, RecordRefused
+from fhir_transforms.r4.methods import METHODS, REMOVE, TextRef
+from fhir_transforms.pseudonym import Pseudonymizer
+from fhir_transforms.rules import Profile, Rule
+from fhir_transforms.known import FULL_DATE_RE
+from fhir_transforms.r4.schema import PRIMITIVES, Element, elements, is_resource_type
+from text_deid.spans import KnownIdentifier
+
+PRIMITIVE_TYPES = frozenset(PRIMITIVES.values()) | {"boolean"}
+NUMBER_TYPES = frozenset({"integer", "positiveInt", "unsignedInt", "decimal"})
+SECURITY_SYSTEM = "http://terminology.hl7.org/CodeSystem/v3-ObservationValue"
+KEY_TAG_SYSTEM = "http://deid-adapter.org/fhir/CodeSystem/key-id"
+PROFILE_TAG_SYSTEM = "http://deid-adapter.org/fhir/CodeSystem/deid-profile"
+PATIENT_LINKS = ("subject", "patient", "beneficiary")
+NO_OPTIONS: Mapping = MappingProxyType({})
+
+
+@dataclass
+class PendingText:
+    ref: TextRef
+    write: Callable[[object], None]
+    path: str
+    labels: set[str]  # the owning resource's security labels: MASKED is added if a span is replaced
+
+
+class WrittenSlots:
+    """Where the engine wrote a value itself (a pseudonym, a year, a label): the leak guard does not read
+    them. A slot is a key or index of a container (a dict or list of the output); the containers are held
+    here, so that no other object takes their ids while the record is made."""
+
+    def __init__(self) -> None:
+        self.by_id: dict[int, set] = {}  # id(container) → its written keys or indices
+        self._containers: list = []
+
+    def add(self, container, slot) -> None:
+        written = self.by_id.get(id(container))
+        if written is None:
+            self._containers.append(container)
+            self.by_id[id(container)] = {slot}
+        else:
+            written.add(slot)
+
+
+@dataclass
+class RecordContext:
+    """What one record's walk shares: profile, keys, clock, and what it has found so far."""
+
+    profile: Profile
+    pseudo: Pseudonymizer
+    clock: Callable[[], date]
+    single_patient: str | None = None
+    pending: list[PendingText] = field(default_factory=list)
+    generated: WrittenSlots = field(default_factory=WrittenSlots)  # values the engine wrote itself
+    known: set = field(default_factory=set)  # KnownIdentifiers found by the rule methods
+    walked: list = field(default_factory=list)  # (resource, ResourceState), stamped once text is replaced
+    references: dict = field(default_factory=dict)  # reference → its rewrite: a record points at its patient many times
+    known_seen: set = field(default_factory=set)  # (value, category) already in `known`
+
+
+@dataclass
+class ResourceState:
+    type: str
+    patient_id: str
+    labels: set[str]
+
+
+class Site:
+    """Where a method is applied: the element, its owner and parent node, its path, and the record context."""
+
+    # a plain class with slots: one is made for every value a rule transforms
+    __slots__ = ("ctx", "res", "parent", "owner", "element", "path", "fpath", "container", "slot",
+                 "pending_extensions", "options")
+
+    def __init__(self, ctx: RecordContext, res: ResourceState, parent: dict, owner: str, element: Element,
+                 path: str, fpath: str, container, slot, options: Mapping = NO_OPTIONS):
+        self.ctx = ctx
+        self.res = res
+        self.parent = parent
+        self.owner = owner
+        self.element = element
+        self.path = path  # JSON path, e.g. Bundle.entry[3].resource.birthDate
+        self.fpath = fpath  # FHIR path without indices, e.g. Patient.birthDate
+        self.container = container  # where the result goes: the parent (slot: the key) or the output list (slot: the index)
+        self.slot = slot
+        self.pending_extensions: list = []
+        self.options = options  # the rule's settings beyond its method
+
+    @property
+    def pseudo(self) -> Pseudonymizer:
+        return self.ctx.pseudo
+
+    def clock(self) -> date:
+        return self.ctx.clock()
+
+    def label(self, code: str) -> None:
+        self.res.labels.add(code)
+
+    def record_known(self, value, category: str) -> None:
+        """A value the rules transform is a known identifier: it must not survive in any text."""
+        if isinstance(value, str) and len(value.strip()) >= 2:
+            if category == "DATE":
+                if not FULL_DATE_RE.match(value):
+                    return
+                value = value[:10]
+            seen = self.ctx.known_seen
+            if (value, category) not in seen:  # dates and ids recur in a record: one KnownIdentifier each
+                seen.add((value, category))
+                self.ctx.known.add(KnownIdentifier(value, category))
+
+    def generated(self) -> None:
+        self.ctx.generated.add(self.container, self.slot)
+
+    def rewrite_reference(self, value: str) -> str | None:
+        """references.rewrite, once per distinct value in a record, unless each pseudonym issued is reported."""
+        pseudo, cache = self.ctx.pseudo, self.ctx.references
+        if pseudo.on_issue is not None:
+            return references.rewrite(value, pseudo)
+        if value not in cache:
+            cache[value] = references.rewrite(value, pseudo)
+        return cache[value]
+
+    def day_offset(self) -> int:
+        return self.ctx.pseudo.day_offset(self.res.patient_id)
+
+    def removes_identifier(self) -> bool:
+        p = self.ctx.profile
+        if self.parent.get("system") in p.identifier_remove_systems:
+            return True
+        codes = {c.get("code") for c in (self.parent.get("type") or {}).get("coding", []) or []}
+        return bool(codes & p.identifier_remove_types)
+
+    def add_primitive_extensions(self, extensions: list[dict]) -> None:
+        self.pending_extensions.extend(extensions)
+
+    def apply_type_rule(self, value):
+        rule = self.ctx.profile.rules.get(self.element.type) or self.ctx.profile.default_primitive
+        return METHODS[rule.method](value, self)
+
+    def walk_into(self, node: dict):
+        _walk_complex(node, _plan(self.ctx.profile, self.element.type, self.fpath, False), self.path, self.ctx, self.res)
+        return node
+
+
+def walk_resource(res: dict, path: str, ctx: RecordContext) -> None:
+    """Apply the profile to one resource (and, through the walk, to its contained and entry resources)."""
+    rtype = res.get("resourceType")
+    if not isinstance(rtype, str) or not is_resource_type(rtype):
+        raise InputError(f"{path}: resourceType is missing or not an R4 resource type known to the R4B models")
+    state = ResourceState(rtype, _patient_of(res, ctx), set())
+    _walk_complex(res, _plan(ctx.profile, rtype, rtype, True), path, ctx, state)
+    ctx.walked.append((res, state))
+
+
+def stamp_all(ctx: RecordContext) -> None:
+    """After text replacement: label every walked resource with what was changed in it."""
+    for res, state in ctx.walked:
+        _stamp(res, state, ctx)
+
+
+def _patient_of(res: dict, ctx: RecordContext) -> str:
+    """The patient whose date offset applies: the Patient itself, its subject/patient link, or the record's only patient."""
+    if res.get("resourceType") == "Patient" and res.get("id"):
+        return res["id"]
+    for name in PATIENT_LINKS:
+        link = res.get(name)
+        if isinstance(link, dict) and isinstance(link.get("reference"), str):
+            target = references.resource_id_of(link["reference"])
+            if target:
+                return target
+    return ctx.single_patient or ""
+
+
+@dataclass(frozen=True)
+class _Step:
+    """What the walker does with one JSON key of one element path, worked out once per profile."""
+
+    owner: str  # the type that holds the element
+    element: Element
+    rule: Rule | None
+    fpath: str
+    shape: tuple[type, ...]  # the JSON types FHIR's JSON format gives the element's values
+    kept_as: tuple[type, ...] = ()  # a single primitive the rules keep unchanged: the JSON types it may have
+    kept_items: tuple[type, ...] = ()  # the same for a list of primitives
+    walk_into: tuple | None = None  # a complex datatype without a rule of its own: the key of its plan
+    single_rule: bool = False  # a single value a rule transforms (extensions excepted: allow-list first)
+
+
+def _shape(type_name: str) -> tuple[type, ...]:
+    """The JSON types FHIR's JSON format gives each kind of element. The walker compares exact types: the
+    record is a marshal copy or fresh from json.loads (see Deidentifier.deidentify), either of which holds
+    only the built-in types (and bool is not one of the numbers)."""
+    if type_name not in PRIMITIVE_TYPES:
+        return (dict,)
+    if type_name == "boolean":
+        return (bool,)
+    if type_name in NUMBER_TYPES:
+        return (int, float)
+    return (str,)
+
+
+def _plan(profile: Profile, type_name: str, fpath: str, is_resource: bool) -> dict[str, _Step]:
+    """JSON key → step for an element of `type_name` at `fpath` (cached on the profile)."""
+    cache_key = (type_name, fpath, is_resource)
+    plan = profile.plans.get(cache_key)
+    if plan is None:
+        plan = {}
+        for key, el in elements(type_name).items():
+            sub_fpath = f"{fpath}.{el.name}"
+            rule = profile.lookup(sub_fpath, type_name, is_resource, el.name, el.type)
+            kept = el.type in PRIMITIVE_TYPES and (rule or profile.default_primitive).method == "keep"
+            walk_into = rule is None and el.type not in PRIMITIVE_TYPES and el.type not in ("Resource", "Extension")
+            shape = _shape(el.type)
+            plan[key] = _Step(type_name, el, rule, sub_fpath, shape, shape if kept and not el.is_list else (),
+                              shape if kept and el.is_list else (), (el.type, sub_fpath, False) if walk_into else None,
+                              rule is not None and not el.is_list and el.type != "Extension")
+        profile.plans[cache_key] = plan
+    return plan
+
+
+def _walk_complex(node: dict, plan: dict[str, _Step], path: str, ctx: RecordContext, state: ResourceState) -> None:
+    plans = ctx.profile.plans
+    for key in list(node):
+        step = plan.get(key)
+        if step is None:
+            if key != "resourceType":  # unknown element: only reachable without validation; never passed through
+                del node[key]
+                state.labels.add("REDACTED")
+            continue
+        value = node[key]
+        # most primitives (codes, units, values) stay as they are: nothing to rewrite
+        if type(value) in step.kept_as or (step.kept_items and _all_kept(value, step.kept_items)):
+            continue
+        if step.walk_into and not step.element.is_list and type(value) is dict:  # the commonest complex case
+            _walk_complex(value, plans.get(step.walk_into) or _plan(ctx.profile, *step.walk_into), f"{path}.{key}", ctx, state)
+            if not value:
+                del node[key]
+        elif step.walk_into and step.element.is_list and type(value) is list:  # codings, identifiers, ...
+            _walk_items(node, key, value, step, f"{path}.{key}", ctx, state)
+        elif step.single_rule and type(value) in step.shape:  # a reference, a date, a text, ...
+            sub_path = f"{path}.{key}"
+            result = _transform(node, key, value, step, sub_path, node, key, ctx, state)
+            if result is REMOVE:
+                del node[key]
+            elif type(result) is TextRef:
+                ctx.pending.append(PendingText(result, _key_writer(node, key), sub_path, state.labels))
+            else:
+                node[key] = result
+        else:
+            _walk_values(node, key, step, path, ctx, state)
+
+
+def _all_kept(value, kept_items: tuple[type, ...]) -> bool:
+    """A list of kept primitives in the JSON shape FHIR gives them (anything else takes the general path and its checks)."""
+    return type(value) is list and bool(value) and all(v is None or type(v) in kept_items for v in value)
+
+
+def _walk_items(node: dict, key: str, items: list, step: _Step, path: str, ctx: RecordContext, state: ResourceState) -> None:
+    """A list of a datatype no rule names: each object is walked, and dropped if the rules leave it empty."""
+    plan = ctx.profile.plans.get(step.walk_into) or _plan(ctx.profile, *step.walk_into)
+    out: list = []
+    for item in items:
+        item_path = f"{path}[{len(out)}]"
+        if type(item) is dict:
+            _walk_complex(item, plan, item_path, ctx, state)
+            if item:
+                out.append(item)
+        else:  # no rule applies: None (a null aligning primitive extensions) comes back, any other value is bad input
+            out.append(_transform(node, key, item, step, item_path, out, len(out), ctx, state))
+    if out:
+        node[key] = out
+    else:
+        del node[key]
+
+
+def _walk_values(node: dict, key: str, step: _Step, path: str, ctx: RecordContext, state: ResourceState) -> None:
+    el, profile = step.element, ctx.profile
+    sub_path = f"{path}.{key}"
+    values = node[key] if type(node[key]) is list else [node[key]]
+    if key == "modifierExtension":
+        _check_modifiers(values, profile, sub_path)
+    if el.type == "Extension":
+        allowed = [v for v in values if type(v) is dict and v.get("url") in profile.extension_allow]
+        if len(allowed) != len(values):
+            state.labels.add("REDACTED")
+        values = allowed
+    out: list = []
+    is_list = el.is_list
+    for value in values:
+        # the index it will have in the output (written slots and text paths must match the output the guard reads)
+        item_path = f"{sub_path}[{len(out)}]" if is_list else sub_path
+        if step.walk_into and type(value) is dict:  # a datatype no rule names: only its elements have rules
+            _walk_complex(value, profile.plans.get(step.walk_into) or _plan(profile, *step.walk_into), item_path, ctx, state)
+            if value:  # an element left empty by the rules is dropped
+                out.append(value)
+            continue
+        container, slot = (out, len(out)) if is_list else (node, key)
+        result = _transform(node, key, value, step, item_path, container, slot, ctx, state)
+        if result is REMOVE:
+            continue
+        if type(result) is TextRef:
+            index = len(out)
+            out.append(value)
+            write = _item_writer(out, index) if is_list else _key_writer(node, key)
+            ctx.pending.append(PendingText(result, write, item_path, state.labels))
+        else:
+            out.append(result)
+    if out:
+        node[key] = out if is_list else out[0]
+    else:
+        del node[key]
+
+
+def _transform(node: dict, key: str, value, step: _Step, path: str, container, slot, ctx: RecordContext,
+               state: ResourceState):
+    """One value through its rule (or its type's): the new value, a TextRef, or REMOVE (also for an emptied element)."""
+    el, rule = step.element, step.rule
+    if value is None:
+        if not el.is_list:
+            raise InputError(f"{path}: null is not a FHIR value")
+        return None  # a null in a list only aligns primitive extensions (`_given: [null, {...}]`)
+    if type(value) not in step.shape:
+        # only reachable without validation: a wrong JSON shape is bad input, never passed through
+        raise InputError(f"{path}: expected {'a value' if el.type in PRIMITIVE_TYPES else 'an object'} of type {el.type}")
+    if rule is None:
+        if el.type == "Resource":
+            walk_resource(value, path, ctx)
+            return value
+        if type(value) is dict:
+            _walk_complex(value, _plan(ctx.profile, el.type, step.fpath, False), path, ctx, state)
+            return REMOVE if not value else value
+    site = Site(ctx, state, node, step.owner, el, path, step.fpath, container, slot,
+                rule.options if rule is not None else NO_OPTIONS)
+    try:
+        result = METHODS[rule.method if rule is not None else ctx.profile.default_primitive.method](value, site)
+    except ValueError as e:  # e.g. a malformed date; messages never quote the value
+        if isinstance(e, InputError) or rule is None:
+            raise
+        raise InputError(f"{path}: {e}") from None
+    if site.pending_extensions:
+        _add_extensions(node, "_" + key, site.pending_extensions)
+    return REMOVE if type(result) is dict and not result else result
+
+
+def _key_writer(node: dict, key: str) -> Callable[[object], None]:
+    def write(new_value) -> None:
+        node[key] = new_value
+    return write
+
+
+def _item_writer(out: list, index: int) -> Callable[[object], None]:
+    def write(new_value) -> None:
+        out[index] = new_value
+    return write
+
+
+def _check_modifiers(values: list, profile: Profile, path: str) -> None:
+    for v in values:
+        url = v.get("url") if isinstance(v, dict) else None
+        if url not in profile.modifier_extension_allow:
+            raise RecordRefused(f"{path}: unknown modifierExtension (its meaning cannot be kept); add it to the profile's allow-list")
+
+
+def _add_extensions(node: dict, key: str, extensions: list[dict]) -> None:
+    holder = node.setdefault(key, {})
+    holder.setdefault("extension", []).extend(extensions)
+
+
+def _stamp(res: dict, state: ResourceState, ctx: RecordContext) -> None:
+    """meta.security labels for what was changed, and tags naming the key id and profile.
+
+    The codes the engine adds are marked generated: a patient named "Masked" or "Harbor" is not a leak there."""
+    meta = res.setdefault("meta", {})
+    security = meta.setdefault("security", [])
+    present = {(c.get("system"), c.get("code")) for c in security}
+    for code in sorted(state.labels):
+        if (SECURITY_SYSTEM, code) not in present:
+            label = {"system": SECURITY_SYSTEM, "code": code}
+            ctx.generated.add(label, "code")
+            security.append(label)
+    if not security:
+        del meta["security"]
+    tags = meta.setdefault("tag", [])
+    for system, code in ((KEY_TAG_SYSTEM, ctx.pseudo.key_id),
+                         (PROFILE_TAG_SYSTEM, f"{ctx.profile.name}@{ctx.profile.version}")):
+        tag = {"system": system, "code": code}
+        ctx.generated.add(tag, "code")
+        tags.append(tag)
