@@ -34,6 +34,9 @@ sys.path.insert(0, str(ROOT))
 
 from adapter.mllp.listener import (FrameDecoder, MllpListener, MllpTarget, build_ack, frame, loop_factory,  # noqa: E402
                           parse_header, read_ack, serve)
+from fhir_transforms.hl7v2.message import decode_bytes, parse_text
+from adapter.cli.mllp import _hl7_engine
+from fhir_transforms.errors import InputError, RecordRefused
 
 SAMPLES = ROOT.parent / "shared" / "data" / "hl7v2"
 HOST = "127.0.0.1"
@@ -74,10 +77,6 @@ def free_port() -> int:
 
 def load_messages(key_file: Path) -> list[str]:
     """The shared sample messages the engine de-identifies without refusal (MSH-10 replaced per send)."""
-    from fhir_transforms.hl7v2.message import decode_bytes, parse_text
-    from adapter.cli.mllp import _hl7_engine
-    from fhir_transforms.errors import InputError, RecordRefused
-
     engine = _hl7_engine(key_file, "safe-harbor", "patterns")
     out = []
     for path in sorted(SAMPLES.glob("*.hl7")):
@@ -259,8 +258,6 @@ def commits(log: Path) -> tuple[int, int]:
 
 def engine_rate(messages: list[str], key_file: Path) -> float:
     """Messages/s of the HL7v2 engine alone, in this process, on up to 200 of the messages."""
-    from adapter.cli.mllp import _hl7_engine
-
     engine = _hl7_engine(key_file, "safe-harbor", "patterns")
     sample = messages[:200]
     start = time.perf_counter()

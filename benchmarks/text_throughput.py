@@ -23,6 +23,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from text_deid.stack import StackUnavailable, build_stack
+from text_deid.detectors.ner import NerDetector, NerUnavailable
 
 GOLD = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "asq-phi" / "tuning.jsonl"
 
@@ -141,8 +142,6 @@ def ner_model_or_none() -> str | None:
 
 def ner_detector_or_none():
     """The NER detector alone, on one thread (DEID_ADAPTER_NER_THREADS, default 1); None when unavailable."""
-    from text_deid.detectors.ner import NerDetector, NerUnavailable
-
     try:
         return NerDetector()
     except NerUnavailable as e:

@@ -6,7 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
-from adapter.bulk.job import deidentify_export
+from adapter.bulk.export import deidentify_export
 from tests.conftest import FIXED_TODAY, SHARED, TEST_SECRET
 
 SAMPLE = SHARED / "fhir" / "bulk-ndjson"

@@ -13,6 +13,7 @@ from sqlalchemy import create_engine, text
 
 from adapter.audit.trail import AuditEntry, AuditError, AuditTrail, _record_hash
 from tests.audit_stores import audit_key, store_url  # noqa: F401 — fixture
+from adapter.audit.trail import database_url
 
 N = 20
 
@@ -283,7 +284,5 @@ def test_concurrent_threads_and_first_use_keep_one_chain(store_url):  # noqa: F8
 
 
 def test_postgres_url_spelling_is_accepted():
-    from adapter.audit.trail import database_url
-
     assert database_url("postgresql://u@h/db").startswith("postgresql+psycopg://")
     assert create_engine(database_url("postgres://u@h/db")).dialect.name == "postgresql"

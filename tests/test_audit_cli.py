@@ -20,6 +20,7 @@ from fhir_transforms.pseudonym import Pseudonymizer
 from text_deid.stack import DEFAULT_STACK
 from tests.audit_stores import dump, store_url  # noqa: F401 — fixture
 from tests.conftest import make_engine
+from adapter.audit.vault import ReidentificationDenied, Vault, entries
 
 NAME, FAMILY, MRN, STREET = "Zebulon", "Quixotefeld", "MRN-CANARY-7731", "42 Wobblesnout Lane"
 MRN_SYSTEM = "http://hospital.example.org/mrn"
@@ -183,8 +184,6 @@ def test_vault_round_trip_denials_and_one_chain_across_edges(setup):
 
 def test_vault_entry_moved_to_another_pseudonym_does_not_decrypt(setup):
     deidentify(setup, "--vault", "--vault-key-file", str(setup["vault_key"]))
-    from adapter.audit.vault import ReidentificationDenied, Vault, entries
-
     vault = Vault(setup["vault_store"])
     with vault.engine.connect() as conn:
         rows = conn.execute(entries.select().order_by(entries.c.id)).all()

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from adapter.cli.main import app
 from fhir_transforms.errors import RecordRefused
 from tests.conftest import make_engine, run_cli, write_key
+from text_deid import stack
 
 PATIENT = {"resourceType": "Patient", "id": "p-zyx", "name": [{"family": "Zyxwortel", "given": ["Quillan"]}],
            "birthDate": "1971-04-05", "telecom": [{"system": "phone", "value": "612-555-0111"}]}
@@ -99,8 +100,6 @@ class ExplodingDetector:
 
 
 def test_a_detector_error_fails_the_record_closed(tmp_path, test_key_file, monkeypatch):
-    from text_deid import stack
-
     monkeypatch.setitem(stack.DETECTORS, "patterns", ExplodingDetector)
     src = write(tmp_path / "p.json", dict(PATIENT, text={"status": "generated",
                                                          "div": '<div xmlns="http://www.w3.org/1999/xhtml">Quillan</div>'}))

@@ -16,6 +16,7 @@ from fhir_transforms import keys
 from fhir_transforms.rules import load_profile
 from tests.conftest import make_engine
 from text_deid.stack import build_stack
+from fhir_transforms import rules
 
 SYSTEM = "urn:oid:2.16.840.1.113883.19.5"
 V2_0203 = "http://terminology.hl7.org/CodeSystem/v2-0203"
@@ -100,8 +101,6 @@ def test_same_mrn_in_two_systems_maps_differently(test_key):
 
 def test_a_site_profile_can_turn_on_fpe_for_plain_string_identifiers(test_key, tmp_path, monkeypatch):
     """The snippet in the README: a site's own profile that extends `longitudinal` with `fpe` settings."""
-    from fhir_transforms import rules
-
     (tmp_path / "site.yaml").write_text(
         "extends: longitudinal\nprofile: site\nversion: '1'\nrules:\n"
         "  Identifier.value: {method: fpe, alphabet: digits, check_digit: luhn}\n")

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import base64
-import json
 
 import pytest
 from hypothesis import given, settings
@@ -13,9 +12,12 @@ from fhir_transforms.hl7v2.engine import HL7Deidentifier
 from fhir_transforms.hl7v2.rules import dtm_shift, dtm_year, load_hl7_profile
 from fhir_transforms.errors import InputError, RecordRefused
 from fhir_transforms.pseudonym import Pseudonymizer
-from tests.conftest import FIXED_TODAY, make_engine, run_cli
+from tests.conftest import FIXED_TODAY, make_engine
 from text_deid.spans import DetectorError
 from text_deid.stack import build_stack
+from fhir_transforms.hl7v2 import rules as hl7_rules
+from text_deid import stack
+from adapter.cli.main import app
 
 MSH = "MSH|^~\\&|APP|FAC|RCV|RFAC|20240101120000+0100||ADT^A01^ADT_A01|CTRL1|P|2.5.1"
 PID = "PID|1||MRN12345^^^HOSP&2.16.840.1.113883.19.5&ISO^MR||Quixote^Donna^Maria||19700312|F|||12 Elm Street^^Springfield^IL^62704||(217)555-0199"
@@ -104,8 +106,6 @@ def test_control_id_is_a_keyed_pseudonym_per_sender(deid, test_key):
 
 def site_profile(tmp_path, monkeypatch, yaml_text: str):
     """A site's profile that extends safe-harbor, read by the same loader as the shipped ones."""
-    from fhir_transforms.hl7v2 import rules as hl7_rules
-
     for name in ("safe-harbor",):
         (tmp_path / f"{name}.yaml").write_text((hl7_rules.MAPPINGS / f"{name}.yaml").read_text())
     (tmp_path / "site.yaml").write_text("extends: safe-harbor\nprofile: site\nversion: '1'\n" + yaml_text)
@@ -199,9 +199,6 @@ def test_longitudinal_shifts_one_offset_per_patient(test_key):
 
 def test_cli_bad_message_exit_2_and_detector_failure_exit_3_write_nothing(tmp_path, test_key_file, monkeypatch):
     from typer.testing import CliRunner
-
-    from adapter.cli.main import app
-    from text_deid import stack
 
     src = tmp_path / "in"
     src.mkdir()

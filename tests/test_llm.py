@@ -13,6 +13,8 @@ from text_deid import prompts
 from text_deid.detectors.llm import (CHUNK_CHARS, DEFAULT_MODEL, LlmDetector, LlmSettings, LlmUnavailable,
                                      chunk_bounds, locate)
 from text_deid.spans import CATEGORIES, DetectorError
+from text_deid.stack import TextStack
+from adapter.audit.trail import engine_versions
 
 MODEL = "stub-model"
 FILLER = "Vitals stable, afebrile, tolerating diet, ambulating in the hall with physical therapy. "
@@ -74,8 +76,6 @@ def test_spans_are_exact_and_a_name_in_the_overlap_is_found_once(ollama):
 
 
 def test_overlapping_answers_of_two_chunks_are_all_kept_and_merge_in_the_stack(ollama):
-    from text_deid.stack import TextStack
-
     text, at = note_with_name_in_overlap("Ingrid Vasquez-Tolland")
     ollama.answer("Admission note.", [("Ingrid Vasquez-Tolland", "NAME")])  # the first chunk
     ollama.answer("Ingrid", [("Vasquez-Tolland", "NAME")])
@@ -198,9 +198,6 @@ def test_no_endpoint_no_server_or_no_model_make_the_detector_unavailable(ollama,
 
 
 def test_the_prompt_version_and_hash_land_in_audit_records(ollama):
-    from adapter.audit.trail import engine_versions
-    from text_deid.stack import TextStack
-
     llm = detector(ollama)
     label = prompts.load().label
     assert re.fullmatch(r"\S+ sha256:[0-9a-f]{64}", label)

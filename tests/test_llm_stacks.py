@@ -16,6 +16,8 @@ from text_deid.detectors.llm import LlmSettings
 from text_deid.second_opinion import SecondOpinion
 from text_deid.spans import DetectorError, Span
 from text_deid.stack import STACK_FILTERS, STACKS, StackUnavailable, build_stack
+from text_deid.spans import KnownIdentifier
+from text_deid.prompts import load
 
 MODEL = "stub-model"
 NOTE = ("Quillan Zyxwortel, call 503-555-0187, seen at Hollis Creek Clinic in Brimwood by Osei. "
@@ -112,8 +114,6 @@ def test_balanced_vetoes_what_recall_first_keeps(ollama):
 
 
 def test_precision_first_unions_known_patterns_and_llm_spans(ollama):
-    from text_deid.spans import KnownIdentifier
-
     ollama.answer("Quillan", [("Osei", "NAME"), ("Hollis Creek Clinic", "GEOGRAPHIC_LOCATION")])
     found = build_stack("precision-first", settings(ollama)).detect(NOTE, [KnownIdentifier("Zyxwortel", "NAME")])
     by_detector = {(NOTE[s.start:s.end], s.detector) for s in found}
@@ -165,8 +165,6 @@ def test_the_environment_names_the_endpoint_for_every_command(ollama, tmp_path, 
         {"start": NOTE.index("Osei"), "end": NOTE.index("Osei") + 4, "category": "NAME"}]}])),
         "--stack", "precision-first", "--json"])
     assert result.exit_code == 0, result.output
-    from text_deid.prompts import load
-
     assert json.loads(result.output)["detectors"]["llm"] == {"version": "1", "model": MODEL,
                                                               "prompt_version": load().label}
     hl7 = tmp_path / "m.hl7"

@@ -17,6 +17,10 @@ import pytest
 from adapter.mllp import listener as mllp
 from adapter.mllp.listener import FrameDecoder, build_ack, frame, parse_header, read_ack
 from fhir_transforms.errors import InputError, RecordRefused
+from adapter.mllp.store import Store
+from adapter.audit.trail import AuditTrail
+from adapter.cli.mllp import _audit_hook
+from fhir_transforms.keys import init_key_file
 
 HOST = "127.0.0.1"
 
@@ -409,7 +413,6 @@ def test_stop_finishes_the_message_in_hand_and_keeps_it_queued(tmp_path):
 
     code, stats = run(scenario())
     assert code == "AA" and stats.accepted == 1
-    from adapter.mllp.store import Store
     assert [q.control_id for q in Store(tmp_path / "q.sqlite").pending()] == ["INFLIGHT-1"]
 
 
@@ -494,10 +497,6 @@ def _refuse(text: str) -> str:
 
 
 def test_every_accepted_and_refused_message_is_audited_before_its_ack(tmp_path):
-    from adapter.audit.trail import AuditTrail
-    from adapter.cli.mllp import _audit_hook
-    from fhir_transforms.keys import init_key_file
-
     init_key_file(tmp_path / "audit.key", "audit")
     trail = AuditTrail.open(tmp_path / "audit.sqlite", tmp_path / "audit.key")
     engine = type("Engine", (), {})()
@@ -574,8 +573,6 @@ def test_the_listener_runs_on_uvloop_where_installed_and_on_asyncio_without(tmp_
 def test_each_message_is_audited_before_it_is_queued_and_a_failed_audit_queues_nothing(tmp_path, monkeypatch):
     """The queue commit of a group starts only after its audit transaction returned; when the audit fails the
     sender gets AR and nothing of its group reaches the queue."""
-    from adapter.mllp.store import Store
-
     audited: list[str] = []
     order_broken: list[str] = []
 
@@ -620,8 +617,6 @@ def test_each_message_is_audited_before_it_is_queued_and_a_failed_audit_queues_n
 
 def test_a_queue_failure_after_the_audit_is_answered_ar(tmp_path, monkeypatch):
     """The audit record is written, the queue commit fails: the sender hears AR (and resends), never AA."""
-    from adapter.mllp.store import Store
-
     enqueue_many = Store.enqueue_many
 
     def failing_enqueue_many(self, items):

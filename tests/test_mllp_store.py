@@ -5,6 +5,7 @@ import asyncio
 import sqlite3
 
 from adapter.mllp.store import AsyncStore, Incoming, Store
+from adapter.mllp.store import GroupCommit
 
 
 def item(n: int, sender: str = "LAB|NORTH") -> Incoming:
@@ -76,8 +77,6 @@ def test_concurrent_enqueues_share_commits(tmp_path):
 def test_items_submitted_while_the_commit_lingers_join_its_batch(tmp_path):
     """A lingering group commit writes the items that arrive during its wait in the same batch."""
     from concurrent.futures import ThreadPoolExecutor
-
-    from adapter.mllp.store import GroupCommit
 
     batches: list[list[int]] = []
 

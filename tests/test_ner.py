@@ -12,6 +12,10 @@ pytest.importorskip("transformers")
 from text_deid.detectors import ner as ner_mod  # noqa: E402
 from text_deid.detectors.ner import DEFAULT_MODEL, NerDetector, NerUnavailable  # noqa: E402
 from text_deid.spans import DetectorError  # noqa: E402
+from text_deid.stack import StackUnavailable, build_stack
+from text_deid.stack import DETECTORS, TextStack
+from text_deid.stack import _ner
+from text_deid.detectors.ner import DEFAULT_THRESHOLD
 
 pytestmark = pytest.mark.skipif(not os.path.isdir(DEFAULT_MODEL), reason="default NER model not present")
 
@@ -23,8 +27,6 @@ def det():
 
 
 def test_default_threshold_is_the_tuned_one(monkeypatch):
-    from text_deid.detectors.ner import DEFAULT_THRESHOLD
-
     monkeypatch.delenv("DEID_ADAPTER_NER_THRESHOLD", raising=False)
     assert NerDetector().threshold == DEFAULT_THRESHOLD == 0.8
 
@@ -128,8 +130,6 @@ def test_missing_model_fails_closed(tmp_path):
 
 
 def test_stack_unavailable_when_model_missing(monkeypatch, tmp_path):
-    from text_deid.stack import StackUnavailable, build_stack
-
     monkeypatch.setenv("DEID_ADAPTER_NER_MODEL", str(tmp_path / "missing-model"))
     with pytest.raises(StackUnavailable, match="ner: model folder not found"):
         build_stack("ner-only")
@@ -173,8 +173,6 @@ def test_garbage_output_fails_closed(det, monkeypatch):
 
 
 def test_stack_fails_record_on_ner_error(det):
-    from text_deid.stack import DETECTORS, TextStack
-
     assert "ner" in DETECTORS
     ner = copy.copy(det)
 
@@ -196,8 +194,6 @@ def test_label_prefixes():
 
 def test_without_torch_the_stack_is_unavailable(monkeypatch):
     import sys
-
-    from text_deid.stack import StackUnavailable, _ner
 
     monkeypatch.setitem(sys.modules, "torch", None)  # as if torch were not installed
     with pytest.raises(NerUnavailable, match="needs torch and transformers"):

@@ -7,6 +7,7 @@ import string
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tests.conftest import make_engine
+from fhir_transforms.errors import InputError, RecordRefused
 
 ids = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9\-.]{0,20}", fullmatch=True)
 words = st.text(alphabet=string.ascii_letters, min_size=3, max_size=10)
@@ -78,8 +79,6 @@ patient_like = st.fixed_dictionaries(
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(patient_like)
 def test_without_validation_bad_shapes_are_input_errors_never_crashes(test_key, doc):
-    from fhir_transforms.errors import InputError, RecordRefused
-
     engine = make_engine(test_key, validate=False)
     try:
         engine.deidentify(doc)

@@ -15,7 +15,7 @@ from fhir.resources.R4B import get_fhir_model_class
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from adapter.http.auth import add_client
-from tests.conftest import ROOT, SHARED, run_cli
+from tests.conftest import SHARED, run_cli
 
 FHIR = {"Content-Type": "application/fhir+json"}
 CANARY = {"given": "Quorvath", "family": "Zelbrindex", "mrn": "MRN-88127733", "phone": "612-555-0193",

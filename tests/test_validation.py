@@ -5,6 +5,7 @@ from text_deid.detectors.gazetteer import GazetteerDetector
 from text_deid.spans import Span
 from text_deid.stack import STACK_FILTERS, TextStack
 from text_deid.validation import validate
+from text_deid.safe_harbor import keeps
 
 
 @pytest.fixture(scope="module")
@@ -95,8 +96,6 @@ def test_a_lone_lowercase_common_word_is_not_phi():
     ("seen 3/4", "DATE", False),
 ])
 def test_safe_harbor_keeps_numbers_of_three_digits_or_fewer(text, category, kept):
-    from text_deid.safe_harbor import keeps
-
     value = text.split()[-1]
     a = text.index(value)
     assert keeps(Span(a, a + len(value), category, "ner", 0.9), text) is kept

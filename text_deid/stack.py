@@ -12,6 +12,12 @@ from text_deid import merge, safe_harbor
 from text_deid.detectors import Detector
 from text_deid.detectors.llm import LlmSettings, LlmUnavailable
 from text_deid.spans import DetectorError, KnownIdentifier, Span
+from text_deid.detectors.known_identifiers import KnownIdentifierDetector
+from text_deid.detectors.patterns import PatternDetector
+from text_deid.detectors.gazetteer import GazetteerDetector
+from text_deid.validation import validate
+from text_deid.second_opinion import SecondOpinion
+from text_deid.detectors.llm import LlmDetector
 
 
 # A span filter takes a text's spans and the text, and returns the spans to keep (e.g. validation).
@@ -19,26 +25,18 @@ SpanFilter = Callable[[list[Span], str], list[Span]]
 
 
 def _known() -> Detector:
-    from text_deid.detectors.known_identifiers import KnownIdentifierDetector
-
     return KnownIdentifierDetector()
 
 
 def _patterns() -> Detector:
-    from text_deid.detectors.patterns import PatternDetector
-
     return PatternDetector()
 
 
 def _gazetteer() -> Detector:
-    from text_deid.detectors.gazetteer import GazetteerDetector
-
     return GazetteerDetector()
 
 
 def _validation() -> SpanFilter:
-    from text_deid.validation import validate
-
     return validate
 
 
@@ -54,8 +52,6 @@ def _ner() -> Detector:
 
 
 def _llm(settings: LlmSettings) -> Detector:
-    from text_deid.detectors.llm import LlmDetector
-
     try:
         return LlmDetector(settings)
     except LlmUnavailable as e:
@@ -63,8 +59,6 @@ def _llm(settings: LlmSettings) -> Detector:
 
 
 def _second_opinion(settings: LlmSettings) -> SpanFilter:
-    from text_deid.second_opinion import SecondOpinion
-
     try:
         return SecondOpinion(settings)
     except LlmUnavailable as e:

@@ -11,7 +11,6 @@ so a rerun, a resumed run and every engine write the same bytes.
 from __future__ import annotations
 
 import concurrent.futures as cf
-import contextlib
 import hashlib
 import json
 import multiprocessing
@@ -32,7 +31,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from adapter.audit import trail as audit
 from adapter import files as fhir_files
-from fhir_transforms import dates, known as known_ids
+from fhir_transforms import known as known_ids
 from fhir_transforms.r4 import references
 from fhir_transforms.errors import DetectorFailed, InputError, RecordRefused
 from fhir_transforms.keys import Key, key_id_for
@@ -616,43 +615,3 @@ def run_identity(root: Path, files: list[str], key_id: str, profile: str, stack:
     inputs = [[rel, (root / rel).stat().st_size, (root / rel).stat().st_mtime_ns] for rel in files]
     return {"inputs": inputs, "key_id": key_id, "profile": profile, "stack": stack, "validate": validate,
             "chunk_bytes": chunk_bytes}
-
-
-def deidentify_export(root: Path, out: Path, secret: bytes, *, profile: str = "safe-harbor", stack: str | None = None,
-                      validate: str = "full", today: str | None = None, engine: str = "local", workers: int = 1,
-                      master: str | None = None, chunk_bytes: int = DEFAULT_CHUNK_BYTES, fail_fast: bool = False,
-                      tty: bool | None = None, llm: LlmSettings | None = None, trail=None, actor: str = "bulk",
-                      log: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True)) -> Outcome:
-    """The whole bulk run: discover, pass 1 (chunks and patient index), pass 2 on `engine`, finish.
-
-    Raises InputError for an input that is not a bulk export; StackUnavailable / ProfileError as the CLI does.
-    """
-    root, out = Path(root), Path(out)
-    if out.resolve() == root.resolve() or out.resolve().is_relative_to(root.resolve()):
-        raise InputError("OUTPUT must not be INPUT or a folder inside it")
-    files, skipped, manifest_name, manifest_fields = discover(root)
-    if not files:
-        raise InputError(f"{root}: no .ndjson file with FHIR resources")
-    load_profile(profile)
-    text_stack = build_stack(stack, llm)  # once in the driver: pass 1 and an in-process pass 2 share it
-    journal = Journal(out / WORK_DIR, run_identity(root, files, key_id_for(secret), profile, text_stack.name, validate,
-                                                   chunk_bytes))
-    day = journal.open(today, lambda: dates.today().isoformat())
-    settings = Settings(secret, profile, text_stack.name, day, validate, str(journal.work / "patients.sqlite"),
-                        secrets.token_bytes(32), llm, actor)
-    started = time.monotonic()
-    if engine == "spark":
-        from adapter.bulk.spark import spark_engine
-
-        context = spark_engine(root, settings, workers, master)  # Spark starts now, while pass 1 runs
-    else:
-        context = contextlib.nullcontext(lambda todo: run_local(root, settings, todo, workers, text_stack))
-    with context as engine_fn:
-        index = PatientIndex(Path(settings.index_path), settings.index_key, create=True)
-        chunks, patients = scan(root, files, index, settings.engine(text_stack), validate, chunk_bytes)
-        export = Export(root, files, chunks, skipped, manifest_name, manifest_fields, patients)
-        log(f"bulk: pass 1: {len(files)} files, {export.resources:,} resources in {len(chunks)} chunks, "
-            f"{patients:,} patients indexed ({time.monotonic() - started:.1f} s)")
-        outcome = run(export, out, settings, journal, engine_fn, fail_fast=fail_fast, tty=tty, log=log, trail=trail)
-    log(f"bulk: {engine} engine, {time.monotonic() - started:.1f} s in all")
-    return outcome

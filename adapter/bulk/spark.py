@@ -149,9 +149,3 @@ def _run_chunks(sc, root: Path, settings: Settings, todo: list[Chunk]) -> ChunkR
                 sc.cancelAllJobs()  # stopped early (--fail-fast, an error): nothing left running
     finally:
         settings_bc.destroy()
-
-
-if __name__ == "__main__":  # spark-submit adapter/bulk/spark.py IN OUT ... runs the CLI with the spark engine
-    from adapter.cli.main import app
-
-    app(["bulk", *sys.argv[1:], "--engine", "spark"])

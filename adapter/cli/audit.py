@@ -17,8 +17,8 @@ from adapter.audit.trail import AuditError, AuditSession, AuditTrail
 from fhir_transforms import keys
 from adapter.audit.vault import Vault, VaultError, vault_url
 from adapter import files as fhir_files
-from adapter.audit.vault import ReidentificationDenied, Vault, VaultError, reidentify as relink, vault_url
-from adapter.audit.vault import ReidentificationDenied, VaultError, reverse_fpe as reverse
+from adapter.audit.vault import ReidentificationDenied, reidentify as relink
+from adapter.audit.vault import reverse_fpe as reverse
 
 EXIT_BROKEN = 1  # audit verify: the chain does not hold
 

@@ -13,7 +13,7 @@ from adapter.cli.common import KeyFile, LlmModel, LlmUrl
 from adapter.cli import audit as audit_cli
 from adapter.audit.trail import AuditError
 from adapter.audit.trail import default_actor as audit_default_actor
-from adapter.bulk.job import deidentify_export
+from adapter.bulk.export import deidentify_export
 from adapter.cli.common import EXIT_BAD_INPUT, EXIT_REFUSED, fail
 from fhir_transforms import keys
 from fhir_transforms.errors import InputError

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import gc
-from datetime import date
 from enum import Enum
 from pathlib import Path
 from typing import Optional

@@ -22,7 +22,6 @@ from adapter.cli.common import deidentifier, fail
 from fhir_transforms.hl7v2.engine import HL7Deidentifier
 from fhir_transforms.hl7v2.rules import load_hl7_profile
 from fhir_transforms.rules import ProfileError
-from adapter.cli.common import fail
 from text_deid.stack import LlmSettings
 from adapter.audit import trail as audit
 

@@ -21,6 +21,7 @@ from adapter.review.flow import route
 from fhir_transforms.errors import InputError, RecordRefused
 from adapter.review.app import ReviewConfig, create_review_app
 from adapter.review.export import export_examples
+from adapter.review.training import fine_tune, load_examples
 
 review_app = typer.Typer(help="Human review of low-confidence spans: hold, review in a browser, export, retrain.",
                          no_args_is_help=True)
@@ -200,8 +201,6 @@ def review_train(from_review: Path = typer.Option(..., "--from-review", help="Ex
                  steps: int = typer.Option(150, "--steps"),
                  seed: int = typer.Option(13, "--seed")) -> None:
     """Fine-tune the NER on the review decisions plus synthetic notes (DEID_ADAPTER_NER_MODEL=OUT to use it)."""
-    from adapter.review.training import fine_tune, load_examples
-
     try:
         examples = load_examples(from_review)
     except ValueError as e:

@@ -18,6 +18,14 @@ import typer
 from adapter.cli.common import LlmModel, LlmUrl
 
 from adapter.risk import measures as risk
+from adapter.cli.common import fail as cli_fail
+from text_deid import evaluation
+from text_deid.spans import DetectorError
+from text_deid.stack import LlmSettings, StackUnavailable, build_stack
+from adapter.cli.common import known_from_json
+from adapter.audit.trail import engine_versions
+from adapter.audit.trail import _adapter_version
+from fhir_transforms.hl7v2.rules import load_hl7_profile
 
 EXIT_THRESHOLD = 1
 EXIT_REFUSED = 3
@@ -26,8 +34,6 @@ StackOpt = typer.Option(None, "--stack", help="Text stack for the gold sample: p
 
 
 def fail(message: str, code: int = 2) -> None:
-    from adapter.cli.common import fail as cli_fail  # adapter.cli.main imports this module to register the command
-
     cli_fail(message, code)
 
 
@@ -113,8 +119,6 @@ def risk_command(
 
 
 def _load_gold(path: Path) -> list[dict]:
-    from text_deid import evaluation
-
     try:
         return evaluation.load_jsonl(path)
     except (OSError, ValueError) as e:
@@ -123,11 +127,6 @@ def _load_gold(path: Path) -> list[dict]:
 
 def _residual(records: list[dict], stack_name: Optional[str], narrative_chars: int, gold: Path,
               llm_url: Optional[str] = None, llm_model: Optional[str] = None) -> dict:
-    from text_deid.spans import DetectorError
-    from text_deid.stack import LlmSettings, StackUnavailable, build_stack
-
-    from adapter.cli.common import known_from_json
-
     try:
         stack = build_stack(stack_name, LlmSettings(llm_url, llm_model))
     except StackUnavailable as e:
@@ -150,15 +149,11 @@ def _residual(records: list[dict], stack_name: Optional[str], narrative_chars: i
 
 
 def _stack_versions(stack) -> dict:
-    from adapter.audit.trail import engine_versions
-
     return engine_versions(types.SimpleNamespace(stack=stack))["versions"]["detectors"]
 
 
 def _versions(release: risk.Release, figures: dict) -> dict:
     """Adapter, profile/rules, stack, detector/model/prompt versions and key ids, from the release and its audit trail."""
-    from adapter.audit.trail import _adapter_version
-
     audit = figures["audit"]
     out = {"deid-adapter": _adapter_version(),
            "profile": sorted(release.profiles) or ["unknown"],
@@ -176,8 +171,6 @@ def _versions(release: risk.Release, figures: dict) -> dict:
 
 
 def _hl7_profile_versions(profiles) -> dict:
-    from fhir_transforms.hl7v2.rules import load_hl7_profile
-
     out = {}
     for name in profiles:
         try:

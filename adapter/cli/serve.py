@@ -13,6 +13,11 @@ from adapter.cli.common import LlmModel, LlmUrl
 from adapter.cli import audit as audit_cli
 from adapter.http.auth import OPERATIONS, TOKENS_ENV, TokenFileError, TokenStore, add_client
 from fhir_transforms import dates, keys
+from adapter.cli.common import fail
+from adapter.http.service import ServiceConfig, create_app
+from fhir_transforms.rules import ProfileError, load_profile
+from text_deid.stack import LlmSettings, StackUnavailable, build_stack
+from conformance.check import check
 
 tokens_app = typer.Typer(help="Manage the HTTP service's client tokens.", no_args_is_help=True)
 conformance_app = typer.Typer(help="Check a $de-identify server against the Safe Harbor checks.", no_args_is_help=True)
@@ -39,11 +44,6 @@ def serve(
     """Serve POST /fhir/$de-identify, POST /hl7v2/$de-identify, GET /fhir/metadata, /healthz, /readyz, /metrics."""
     import uvicorn
 
-    from adapter.cli.common import fail
-    from adapter.http.service import ServiceConfig, create_app
-    from fhir_transforms.rules import ProfileError, load_profile
-    from text_deid.stack import LlmSettings, StackUnavailable, build_stack
-
     llm = LlmSettings(llm_url, llm_model)
     try:
         key = keys.load_key(key_file)
@@ -67,8 +67,6 @@ def tokens_add(file: Path = typer.Argument(..., help="Token file (created 0600).
                client: str = typer.Option(..., "--client"),
                operation: List[str] = typer.Option(list(OPERATIONS), "--op", help=f"Allowed: {', '.join(OPERATIONS)}")) -> None:
     """Add a client; its token is printed once and only its SHA-256 is stored."""
-    from adapter.cli.common import fail
-
     try:
         token = add_client(file, client, operation)
     except TokenFileError as e:
@@ -84,9 +82,6 @@ def conformance_check(url: str = typer.Argument(..., help="Base URL of a $de-ide
     import json
 
     import httpx
-
-    from adapter.cli.common import fail
-    from conformance.check import check
 
     try:
         report = check(url, token, samples)

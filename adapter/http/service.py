@@ -32,6 +32,8 @@ from fhir_transforms.r4.record import Deidentifier
 from fhir_transforms.rules import ProfileError, load_profile
 from text_deid.stack import LlmSettings, StackUnavailable, build_stack
 import conformance
+from adapter.audit.trail import AuditError
+from fhir_transforms.hl7v2.engine import HL7Deidentifier
 
 FHIR_JSON = "application/fhir+json"
 JSON_TYPES = (FHIR_JSON, "application/json")
@@ -174,8 +176,6 @@ def create_app(config: ServiceConfig) -> FastAPI:
         return result, output
 
     async def run_audit(fn, *args, **kwargs):
-        from adapter.audit.trail import AuditError
-
         try:
             await asyncio.get_running_loop().run_in_executor(pool, lambda: fn(*args, **kwargs))
         except AuditError as e:
@@ -230,8 +230,6 @@ def create_app(config: ServiceConfig) -> FastAPI:
     async def hl7_work(request: Request):
         raw = await body(request, HL7_TYPES)
         digest = hashlib.sha256(raw).hexdigest()
-        from fhir_transforms.hl7v2.engine import HL7Deidentifier
-
         deid = config.engines.get("hl7")
         if deid is None:
             try:

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from text_deid.spans import CATEGORIES
+from text_deid.detectors.ner import DEFAULT_MODEL
+from text_deid.ner_training import synth, train
 
 
 def load_examples(path: Path) -> list[dict]:
@@ -40,8 +42,6 @@ def load_examples(path: Path) -> list[dict]:
 
 
 def default_model() -> Path:
-    from text_deid.detectors.ner import DEFAULT_MODEL
-
     return Path(DEFAULT_MODEL)
 
 
@@ -50,8 +50,6 @@ def fine_tune(examples: Sequence[dict], out: Path, *, base: Optional[Path] = Non
     """Fine-tune `base` (default: the project's model) into `out`; returns what was done (sizes, seconds)."""
     import torch
     from transformers import AutoTokenizer, BertForTokenClassification
-
-    from text_deid.ner_training import synth, train
 
     t0 = time.time()
     base = Path(base or default_model())

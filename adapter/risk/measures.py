@@ -52,6 +52,8 @@ from fhir_transforms.hl7v2 import message as er7
 from fhir_transforms.errors import InputError
 from fhir_transforms.r4.record import iter_resources
 from fhir_transforms.r4.walker import KEY_TAG_SYSTEM, PROFILE_TAG_SYSTEM
+from adapter.audit.trail import sha256_of
+from text_deid import evaluation
 
 QUASI_IDENTIFIERS = ("birth_year", "gender", "zip3", "race", "ethnicity", "death_year", "encounters")
 DEFAULT_QUASI = QUASI_IDENTIFIERS
@@ -117,8 +119,6 @@ def read_release(root: Path) -> Release:
 
 
 def _read_fhir(root: Path, paths: list[Path]) -> Release:
-    from adapter.audit.trail import sha256_of
-
     release = Release("fhir")
     encounters: Counter = Counter()
     for path in paths:
@@ -244,8 +244,6 @@ def narrative_chars(res: dict) -> int:
 
 
 def _read_hl7(paths: list[Path]) -> Release:
-    from adapter.audit.trail import sha256_of
-
     release = Release("hl7v2")
     visits: dict[str, set[str]] = defaultdict(set)
     for path in paths:
@@ -557,8 +555,6 @@ def analyze(table: Table, k: int = 5, population: int | None = None, sensitive: 
 
 def residual_phi(gold: list[dict], predicted: dict[str, list[dict]], narrative_chars: int) -> dict:
     """The stack's miss rates on the gold sample (95% bootstrap intervals) projected to the release's narrative."""
-    from text_deid import evaluation
-
     result = evaluation.evaluate(gold, predicted)
     counts = result["counts"]
     total_chars = counts["gold_characters"] + counts["other_characters"]

@@ -21,6 +21,7 @@ from fhir_transforms.pseudonym import Pseudonymizer
 from text_deid import leak_guard, replace
 from text_deid.spans import DetectorError, KnownIdentifier, Span
 from text_deid.stack import TextStack
+from fhir_transforms.hl7v2.rules import load_hl7_profile
 
 TEXT_PAYLOAD_SUBTYPES = ("PLAIN", "TEXT", "RTF", "HTML", "XML", "CDA", "X-HL7-CDA-LEVEL-ONE", "SGML", "JSON", "X-RTF")
 DATE_METHODS = ("year", "shift", "age90")
@@ -357,8 +358,6 @@ class HL7Deidentifier:
     @classmethod
     def from_names(cls, profile: str, pseudo: Pseudonymizer, stack: TextStack,
                    clock: Callable[[], date] = dates.today) -> HL7Deidentifier:
-        from fhir_transforms.hl7v2.rules import load_hl7_profile
-
         return cls(load_hl7_profile(profile), pseudo, stack, clock)
 
     def deidentify(self, message: str) -> str:

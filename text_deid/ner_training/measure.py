@@ -11,6 +11,9 @@ import time
 from collections import Counter
 
 from text_deid.evaluation import evaluate
+from text_deid.stack import build_stack
+from text_deid.detectors.ner import NerDetector
+from text_deid.ner_training.synth import generate
 
 
 def per_category_precision(gold, pred):
@@ -43,10 +46,6 @@ def main(argv=None):
     ap.add_argument("--sweep", nargs="*", type=float, default=[], help="also score the NER alone at these thresholds")
     ap.add_argument("--model", default=None)
     a = ap.parse_args(argv)
-    from text_deid.detectors.ner import NerDetector
-    from text_deid.ner_training.synth import generate
-    from text_deid.stack import build_stack
-
     ner = NerDetector(model_path=a.model)
     sets = {"synthetic-heldout": generate(a.heldout, seed=2, split="heldout")}
     for g in a.gold:
