@@ -17,12 +17,12 @@ def _process_settings() -> None:
 
 
 app.command("fhir")(fhir.fhir)
+app.command("eval")(text.eval_)
 app.command("hl7")(hl7.hl7)
 app.command("mllp")(mllp.mllp)
 app.command("serve")(serve.serve)
 app.command("bulk")(bulk.bulk)
 app.command("risk")(risk.risk_command)
-app.command("eval")(text.eval_)
 app.add_typer(keys.keys_app, name="keys")
 app.add_typer(text.text_app, name="text")
 app.add_typer(serve.tokens_app, name="tokens")
