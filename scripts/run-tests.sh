@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh machine: install the project with every extra its tests use, start what
-# the tests talk to (PostgreSQL; the review page's Chromium), then run pytest.
+# the tests talk to (PostgreSQL; the review page's Chromium), build the documentation, then run pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,6 +17,17 @@ fi
 # A real browser for the review page tests (Debian's chromium; never a downloaded one).
 if [ -x scripts/install-browser.sh ]; then
   scripts/install-browser.sh
+fi
+
+# The documentation site: --strict fails on a broken link or anchor, or a page missing from the nav. Not -q: it
+# hides the warnings that strict mode counts, so the build would pass.
+site="$(mktemp -d)"
+docs_status=0
+docs_log="$(.venv/bin/mkdocs build --strict -d "$site" 2>&1)" || docs_status=$?
+rm -rf "$site"
+if [ "$docs_status" -ne 0 ]; then
+  printf '%s\n' "$docs_log" >&2
+  exit "$docs_status"
 fi
 
 exec .venv/bin/python -m pytest -q "$@"
