@@ -10,14 +10,14 @@ from typing import Callable, Sequence
 
 from text_deid import merge, safe_harbor
 from text_deid.detectors import Detector
-from text_deid.detectors.llm import LlmSettings, LlmUnavailable
-from text_deid.spans import DetectorError, KnownIdentifier, Span
-from text_deid.detectors.known_identifiers import KnownIdentifierDetector
-from text_deid.detectors.patterns import PatternDetector
 from text_deid.detectors.gazetteer import GazetteerDetector
-from text_deid.validation import validate
+from text_deid.detectors.known_identifiers import KnownIdentifierDetector
+from text_deid.detectors.llm import LlmDetector, LlmSettings, LlmUnavailable
+from text_deid.detectors.ner import NerDetector, NerUnavailable
+from text_deid.detectors.patterns import PatternDetector
 from text_deid.second_opinion import SecondOpinion
-from text_deid.detectors.llm import LlmDetector
+from text_deid.spans import DetectorError, KnownIdentifier, Span
+from text_deid.validation import validate
 
 
 # A span filter takes a text's spans and the text, and returns the spans to keep (e.g. validation).
@@ -41,10 +41,6 @@ def _validation() -> SpanFilter:
 
 
 def _ner() -> Detector:
-    try:
-        from text_deid.detectors.ner import NerDetector, NerUnavailable
-    except ImportError as e:  # pragma: no cover - the module itself only needs the standard library
-        raise StackUnavailable(f"ner: cannot import the NER detector ({type(e).__name__})") from None
     try:
         return NerDetector()
     except NerUnavailable as e:

@@ -6,8 +6,16 @@ run, so "Mr. Smith" and "Smith" in two notes stay the same person. Surrogates ar
 from __future__ import annotations
 
 import re
+from typing import Protocol
 
-from fhir_transforms.pseudonym import Pseudonymizer
+
+class Keyed(Protocol):
+    """What surrogates need of the project's one pseudonym function (fhir_transforms.pseudonym.Pseudonymizer):
+    the text stack takes it from the caller and never imports the engines."""
+
+    def digest(self, namespace: str, value: str) -> bytes: ...
+
+    def token(self, namespace: str, value: str, length: int) -> str: ...
 
 FIRST = ["Alex", "Jordan", "Taylor", "Morgan", "Casey", "Riley", "Avery", "Quinn", "Rowan", "Emerson", "Harper",
          "Reese", "Skyler", "Dakota", "Finley", "Sawyer"]
@@ -22,7 +30,7 @@ MONTHS = ["January", "February", "March", "April", "May", "June", "July", "Augus
 class Surrogates:
     """A replacement function for text_deid.replace.apply: (category, covered text) → surrogate."""
 
-    def __init__(self, pseudo: Pseudonymizer):
+    def __init__(self, pseudo: Keyed):
         self.pseudo = pseudo
 
     def _pick(self, category: str, covered: str, choices: list[str], salt: str = "") -> str:

@@ -1,4 +1,4 @@
-"""`python -m adapter.cli`: the same as the `deid-adapter` command."""
+"""`python -m adapter.cli.main`: the same as the `deid-adapter` command."""
 from adapter.cli.main import main
 
 main()

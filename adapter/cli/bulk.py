@@ -19,6 +19,7 @@ from fhir_transforms import keys
 from fhir_transforms.errors import InputError
 from fhir_transforms.rules import ProfileError
 from text_deid.stack import LlmSettings, StackUnavailable
+from adapter.bulk.spark import SparkUnavailable, check_spark
 
 
 class Engine(str, Enum):
@@ -64,8 +65,6 @@ def bulk(
     except (keys.KeyError_, ValueError) as e:
         fail(str(e))
     if engine is Engine.spark:
-        from adapter.bulk.spark import SparkUnavailable, check_spark
-
         try:
             check_spark()
         except SparkUnavailable as e:

@@ -26,6 +26,8 @@ from adapter.cli.common import known_from_json
 from adapter.audit.trail import engine_versions
 from adapter.audit.trail import _adapter_version
 from fhir_transforms.hl7v2.rules import load_hl7_profile
+from adapter.audit import trail as audit
+from adapter.risk import report as risk_report
 
 EXIT_THRESHOLD = 1
 EXIT_REFUSED = 3
@@ -101,8 +103,6 @@ def risk_command(
     figures["verdict"] = "pass" if all(c["passed"] for c in figures["thresholds"]) else "fail"
 
     if report:
-        from adapter.risk import report as risk_report
-
         try:
             risk_report.write_json(figures, report.with_suffix(".json"))
             risk_report.write_html(figures, report)
@@ -183,15 +183,11 @@ def _hl7_profile_versions(profiles) -> dict:
 def audit_coverage(release: risk.Release, target: Optional[str], key_file: Optional[Path]) -> dict:
     """The audit records whose output hash is an output of this release: sequence and time range, chain check.
 
-    Degrades to a status line when there is no store, the store cannot be read or the audit module is absent.
+    Degrades to a status line when there is no store or the store cannot be read.
     """
     total = release.output_records
     if target and str(target).lower() == "off":
         return {"status": "not read (--audit off)", "release_records": total}
-    try:
-        from adapter.audit import trail as audit
-    except ImportError:
-        return {"status": "audit module not available", "release_records": total}
     if not target and not os.environ.get(audit.AUDIT_ENV) and not (audit.state_dir() / "audit.sqlite").exists():
         return {"status": "no audit store found (pass --audit)", "release_records": total}
     if not key_file and not os.environ.get(audit.AUDIT_KEY_ENV) and not (audit.state_dir() / "audit.key").exists():

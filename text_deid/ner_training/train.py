@@ -23,6 +23,7 @@ import math
 import os
 import random
 import time
+from text_deid.ner_training import synth
 
 # model entity types and the gold categories folded into each (others are "O" for the model)
 TYPE_OF_CATEGORY = {
@@ -130,8 +131,6 @@ def main(argv=None) -> None:
         with open(os.path.join(a.workdir, "lists.txt"), encoding="utf-8") as fh:
             lists = fh.read().split("\n")
     else:
-        from text_deid.ner_training import synth
-
         if not synth.common_words("train"):  # without them every ordinary word looks like PHI to the model
             raise SystemExit("train: the English word list is missing; pip install '.[ner-train]'")
         docs = synth.generate(a.n_docs, seed=1, split="train")
