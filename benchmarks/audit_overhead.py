@@ -33,7 +33,7 @@ from sqlalchemy import create_engine, text
 
 from adapter import files as fhir_files
 from adapter.audit.trail import AuditEntry, AuditSession, AuditTrail
-from adapter.cli.audit import record_file
+from adapter.cli.auditing import record_file
 from adapter.cli.common import tune_gc
 from fhir_transforms.keys import Key, key_id_for
 from fhir_transforms.pseudonym import Pseudonymizer

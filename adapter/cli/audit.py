@@ -1,5 +1,4 @@
-"""`deid-adapter audit verify|export`, `deid-adapter vault reidentify`, `deid-adapter keys rotate|list`, and the
-audit options every de-identifying command takes. Registered at the bottom of adapter/cli/main.py."""
+"""`deid-adapter audit verify|export` and `deid-adapter vault reidentify|reverse-fpe`."""
 from __future__ import annotations
 
 import csv
@@ -13,9 +12,11 @@ from typing import List, Optional
 import typer
 
 from adapter.audit import trail as audit
-from adapter.audit.trail import AuditError, AuditSession, AuditTrail
+from adapter.audit.trail import AuditError, AuditTrail
 from fhir_transforms import keys
 from adapter.audit.vault import Vault, VaultError, vault_url
+from adapter.cli.auditing import ActorOpt, AuditKeyOpt, AuditOpt, VaultKeyOpt, open_trail
+from adapter.cli.common import fail
 from adapter import files as fhir_files
 from adapter.audit.vault import ReidentificationDenied, reidentify as relink
 from adapter.audit.vault import reverse_fpe as reverse
@@ -25,63 +26,8 @@ EXIT_BROKEN = 1  # audit verify: the chain does not hold
 audit_app = typer.Typer(help="Verify and export the audit trail.", no_args_is_help=True)
 vault_app = typer.Typer(help="The re-identification vault (off unless a command runs with --vault).", no_args_is_help=True)
 
-AuditOpt = typer.Option(None, "--audit", envvar=audit.AUDIT_ENV, show_envvar=True,
-                        help="Audit store: a SQLAlchemy URL (postgresql://…) or a SQLite path; 'off' records nothing. "
-                             "Default ~/.local/state/deid-adapter/audit.sqlite.")
-AuditKeyOpt = typer.Option(None, "--audit-key-file", envvar=audit.AUDIT_KEY_ENV, show_envvar=True,
-                           help="Audit key (signs the trail). Default audit.key beside the default store, made on first use.")
-ActorOpt = typer.Option(None, "--actor", envvar=audit.ACTOR_ENV, show_envvar=True,
-                        help="Who acts, for the audit trail. Default user@host.")
-VaultFlag = typer.Option(False, "--vault", help="Store each pseudonym's original, encrypted with the vault key, for "
-                                                "controlled re-identification (off by default).")
-VaultKeyOpt = typer.Option(None, "--vault-key-file", envvar="DEID_ADAPTER_VAULT_KEY_FILE", show_envvar=True,
-                           help="Vault key (`keys init --purpose vault PATH`).")
 VaultStoreOpt = typer.Option(None, "--vault-store", envvar="DEID_ADAPTER_VAULT", show_envvar=True,
                              help="Vault store: a SQLAlchemy URL or a SQLite path. Default ~/.local/state/deid-adapter/vault.sqlite.")
-
-
-def fail(message: str, code: int = 2) -> None:
-    typer.echo(f"deid-adapter: {message}", err=True)
-    raise typer.Exit(code)
-
-
-def open_trail(target: Optional[str], key_file: Optional[Path]) -> Optional[AuditTrail]:
-    """The audit trail the options name, None for 'off'; exit 2 when it cannot be opened."""
-    if str(target).lower() == audit.OFF:
-        typer.echo("deid-adapter: audit trail off: nothing of this run is recorded", err=True)
-        return None
-    try:
-        return AuditTrail.open(target, key_file)
-    except AuditError as e:
-        fail(str(e))
-
-
-def open_session(engine, data_format: str, target: Optional[str], key_file: Optional[Path], actor: Optional[str],
-                 vault: bool = False, vault_key_file: Optional[Path] = None, channel: str = "cli") -> AuditSession:
-    """The audit session of one command run; with --vault, the engine's pseudonyms also go to the vault."""
-    trail = open_trail(target, key_file)
-    store = None
-    if vault:
-        try:
-            store = Vault(vault_url(), keys.load_key(vault_key_file, "vault"))
-        except (keys.KeyError_, VaultError) as e:
-            fail(f"vault: {e}")
-        engine.pseudo.on_issue = store.recorder(engine.pseudo.key_id)
-    return AuditSession(trail, engine, actor=actor or audit.default_actor(), channel=channel,
-                        data_format=data_format, vault=store)
-
-
-def record_file(account: AuditSession, audited: list, data: bytes, ndjson: bool) -> None:
-    """Audit the records of one output file and commit: (input, resource type, findings, where) per record,
-    and the file's bytes.
-
-    A record's output hash is that of the bytes written for it (the .json file, or its NDJSON line without the
-    newline), so `sha256sum` of a released file matches; the input hash is of the input as given (its bytes
-    as read, or a held record's canonical JSON)."""
-    written = data.split(b"\n")[:-1] if ndjson else [data]
-    for (given, root, findings, where), out in zip(audited, written, strict=True):
-        account.deidentified(given, out, findings, where, root)
-    account.commit()
 
 
 def _trail_for_reading(target: Optional[str], key_file: Optional[Path]) -> AuditTrail:
@@ -234,33 +180,3 @@ def reverse_fpe(pseudonym: str = typer.Argument(..., help="An `fpe` pseudonym fr
         fail(str(e))
     typer.echo(json.dumps({"pseudonym": pseudonym, "namespace": "identifier|" + system, "key_id": key.key_id,
                            "original": original}, ensure_ascii=False))
-
-
-def keys_rotate(path: Path = typer.Argument(..., help="The key file to rotate (any purpose).")) -> None:
-    """Put a new key at PATH and keep the old one as PATH.<old key id>.
-
-    New pseudonyms differ from the old ones, and every output names its key id, so old and new data are
-    never silently joined. Keep retired keys: they verify old audit records and open old vault entries."""
-    try:
-        old, new, archive = keys.rotate_key_file(path)
-    except keys.KeyError_ as e:
-        fail(str(e))
-    except OSError as e:
-        fail(f"{path}: {e.strerror}")
-    typer.echo(f"key {new.key_id} written to {path}; retired key {old.key_id} kept at {archive}")
-
-
-def keys_list(paths: List[Path] = typer.Argument(..., help="Key files; each one's retired keys are listed too.")) -> None:
-    """Key id, purpose, creation time and state of each key (never the key)."""
-    for path in paths:
-        try:
-            purpose = keys.key_purpose(path)
-            ring = keys.key_ring(path, purpose)
-        except keys.KeyError_ as e:
-            fail(str(e))
-        for file, key, current in ring:
-            try:
-                created = json.loads(file.read_text()).get("created", "")
-            except (OSError, ValueError):
-                created = ""
-            typer.echo(f"{key.key_id}\t{purpose}\t{'current' if current else 'retired'}\t{created or '-'}\t{file}")

@@ -10,7 +10,7 @@ import typer
 
 from adapter.cli.common import KeyFile, LlmModel, LlmUrl
 
-from adapter.cli import audit as audit_cli
+from adapter.cli import auditing
 from adapter.audit.trail import AuditError
 from adapter.audit.trail import default_actor as audit_default_actor
 from adapter.bulk.export import deidentify_export
@@ -45,9 +45,9 @@ def bulk(
     chunk_kb: int = typer.Option(1024, "--chunk-kb", min=1, help="Input bytes per unit of work and checkpoint."),
     llm_url: Optional[str] = LlmUrl,
     llm_model: Optional[str] = LlmModel,
-    audit_store: Optional[str] = audit_cli.AuditOpt,
-    audit_key_file: Optional[Path] = audit_cli.AuditKeyOpt,
-    actor: Optional[str] = audit_cli.ActorOpt,
+    audit_store: Optional[str] = auditing.AuditOpt,
+    audit_key_file: Optional[Path] = auditing.AuditKeyOpt,
+    actor: Optional[str] = auditing.ActorOpt,
 ) -> None:
     """De-identify a bulk export into OUTPUT. Refused resources are listed in the summary; the rest is written.
 
@@ -69,7 +69,7 @@ def bulk(
             check_spark()
         except SparkUnavailable as e:
             fail(str(e))
-    trail = audit_cli.open_trail(audit_store, audit_key_file)
+    trail = auditing.open_trail(audit_store, audit_key_file)
     try:
         outcome = deidentify_export(input, output, key.secret, profile=profile, stack=stack, validate=validate,
                                     today=today, engine=engine.value, workers=workers, master=master,

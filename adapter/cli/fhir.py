@@ -9,7 +9,7 @@ import typer
 
 from adapter import files as fhir_files
 from adapter.audit.trail import AuditError
-from adapter.cli import audit as audit_cli
+from adapter.cli import auditing
 from adapter.cli.common import (EXIT_BAD_INPUT, EXIT_REFUSED, KeyFile, LlmModel, LlmUrl, StackOpt, Validation,
                                 deidentifier, fail)
 from fhir_transforms.errors import InputError, RecordRefused
@@ -28,15 +28,15 @@ def fhir(
     today: Optional[str] = typer.Option(None, "--today", help="Reference day for ages (YYYY-MM-DD); default: today."),
     llm_url: Optional[str] = LlmUrl,
     llm_model: Optional[str] = LlmModel,
-    audit: Optional[str] = audit_cli.AuditOpt,
-    audit_key_file: Optional[Path] = audit_cli.AuditKeyOpt,
-    actor: Optional[str] = audit_cli.ActorOpt,
-    vault: bool = audit_cli.VaultFlag,
-    vault_key_file: Optional[Path] = audit_cli.VaultKeyOpt,
+    audit: Optional[str] = auditing.AuditOpt,
+    audit_key_file: Optional[Path] = auditing.AuditKeyOpt,
+    actor: Optional[str] = auditing.ActorOpt,
+    vault: bool = auditing.VaultFlag,
+    vault_key_file: Optional[Path] = auditing.VaultKeyOpt,
 ) -> None:
     """De-identify FHIR R4 input into OUTPUT. Bad files are reported and skipped; the exit code says so."""
     engine = deidentifier(key_file, profile, stack, validate is Validation.full, today, LlmSettings(llm_url, llm_model))
-    account = audit_cli.open_session(engine, "fhir", audit, audit_key_file, actor, vault, vault_key_file)
+    account = auditing.open_session(engine, "fhir", audit, audit_key_file, actor, vault, vault_key_file)
     if input.resolve() == output.resolve():
         fail("OUTPUT must differ from INPUT")
     try:
@@ -60,7 +60,7 @@ def fhir(
                 results.append(result.resource)
                 audited.append((raw, res["resourceType"], result.findings, where))
             data = fhir_files.serialize(results, f.ndjson)
-            audit_cli.record_file(account, audited, data, f.ndjson)  # durable before the output exists
+            auditing.record_file(account, audited, data, f.ndjson)  # durable before the output exists
             fhir_files.write_atomic(target, data)
         except AuditError as e:
             fail(str(e))

@@ -9,7 +9,7 @@ import typer
 from adapter.cli.common import KeyFile, LlmModel, LlmUrl
 
 from adapter.audit import trail as audit
-from adapter.cli import audit as audit_cli
+from adapter.cli import auditing
 from fhir_transforms.errors import InputError, RecordRefused
 from adapter import files as fhir_files
 from adapter.cli.common import EXIT_BAD_INPUT, EXIT_REFUSED, deidentifier, fail
@@ -42,9 +42,9 @@ def hl7(
     today: Optional[str] = typer.Option(None, "--today", help="Reference day for ages (YYYY-MM-DD); default: today."),
     llm_url: Optional[str] = LlmUrl,
     llm_model: Optional[str] = LlmModel,
-    audit_store: Optional[str] = audit_cli.AuditOpt,
-    audit_key_file: Optional[Path] = audit_cli.AuditKeyOpt,
-    actor: Optional[str] = audit_cli.ActorOpt,
+    audit_store: Optional[str] = auditing.AuditOpt,
+    audit_key_file: Optional[Path] = auditing.AuditKeyOpt,
+    actor: Optional[str] = auditing.ActorOpt,
 ) -> None:
     """De-identify HL7v2 ER7 messages into OUTPUT. Bad files are reported and skipped; the exit code says so."""
     base = deidentifier(key_file, profile, stack, False, today, LlmSettings(llm_url, llm_model))
@@ -60,7 +60,7 @@ def hl7(
         fail(str(e))
     if not inputs:
         fail(f"{input}: no .hl7, .txt or .er7 files")
-    trail = audit_cli.open_trail(audit_store, audit_key_file)
+    trail = auditing.open_trail(audit_store, audit_key_file)
     who = {"actor": actor or audit.default_actor(), "channel": "cli", "data_format": "hl7v2"}
     single = input.is_file()
     counts = {"written": 0, "bad_input": 0, "refused": 0, "messages": 0}

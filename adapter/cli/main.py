@@ -30,8 +30,6 @@ app.add_typer(serve.conformance_app, name="conformance")
 app.add_typer(audit.audit_app, name="audit")
 app.add_typer(audit.vault_app, name="vault")
 app.add_typer(review.review_app, name="review")
-keys.keys_app.command("rotate")(audit.keys_rotate)
-keys.keys_app.command("list")(audit.keys_list)
 
 
 def main() -> None:

@@ -15,7 +15,7 @@ import typer
 
 from adapter.cli.common import KeyFile, LlmModel, LlmUrl
 
-from adapter.cli import audit as audit_cli
+from adapter.cli import auditing
 
 from adapter.mllp import listener as edge
 from adapter.cli.common import deidentifier, fail
@@ -59,8 +59,8 @@ def mllp(
     retry_max_delay: float = typer.Option(30.0, "--retry-max-delay", help="Cap of the retry backoff (seconds)."),
     dedupe_hours: float = typer.Option(24.0, "--dedupe-hours",
                                        help="How long a sender's MSH-10 is remembered to drop its resends."),
-    audit: Optional[str] = audit_cli.AuditOpt,
-    audit_key_file: Optional[Path] = audit_cli.AuditKeyOpt,
+    audit: Optional[str] = auditing.AuditOpt,
+    audit_key_file: Optional[Path] = auditing.AuditKeyOpt,
 ) -> None:
     """Receive HL7v2 over MLLP; de-identify each message, queue it durably, ACK AA, and forward it downstream.
 
@@ -74,7 +74,7 @@ def mllp(
         fail(f"--listen: {e}")
     target = edge.make_target(forward, ack_timeout)
     engine = _hl7_engine(key_file, profile, stack, LlmSettings(llm_url, llm_model))
-    trail = audit_cli.open_trail(audit, audit_key_file)
+    trail = auditing.open_trail(audit, audit_key_file)
     audit_hook = _audit_hook(trail, engine.__self__) if trail is not None else None
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                         format="%(asctime)s deid-adapter mllp %(levelname)s %(message)s")

@@ -11,12 +11,12 @@ from typing import Optional
 import typer
 
 from adapter.audit import trail as audit
-from adapter.cli import audit as audit_cli
+from adapter.cli import auditing
 from adapter import files as fhir_files
 from adapter.review.auth import ROLES, USERS_ENV, UserStore, UsersFileError, add_user
 from adapter.review.queue import REVIEW_KEY_ENV, QueueError, ReviewQueue, Thresholds, iter_sealed, queue_url
 from fhir_transforms import keys
-from adapter.cli.common import deidentifier
+from adapter.cli.common import deidentifier, fail
 from adapter.review.flow import route
 from fhir_transforms.errors import InputError, RecordRefused
 from adapter.review.app import ReviewConfig, create_review_app
@@ -35,24 +35,19 @@ ConfigOpt = typer.Option(..., "--config", help="Review config (YAML/JSON): {thre
 SiteOpt = typer.Option(..., "--site", help="The site whose records these are; reviewers see only their own site.")
 
 
-def _fail(message: str, code: int = 2) -> None:
-    typer.echo(f"deid-adapter: {message}", err=True)
-    raise typer.Exit(code)
-
-
 def _queue(target: Optional[str], key_file: Optional[Path], need_key: bool = True) -> ReviewQueue:
     try:
         key = keys.load_key(key_file, "review") if (key_file or need_key) else None
         return ReviewQueue(queue_url(target), key)
     except (keys.KeyError_, QueueError) as e:
-        _fail(str(e))
+        fail(str(e))
 
 
 def _thresholds(path: Path) -> Thresholds:
     try:
         return Thresholds.load(path)
     except ValueError as e:
-        _fail(str(e))
+        fail(str(e))
 
 
 def review_fhir(
@@ -66,20 +61,20 @@ def review_fhir(
     stack: Optional[str] = typer.Option(None, "--stack"),
     key_file: Optional[Path] = typer.Option(None, "--key-file", envvar=keys.KEY_FILE_ENV),
     today: Optional[str] = typer.Option(None, "--today", help="Reference day for ages (YYYY-MM-DD)."),
-    audit_target: Optional[str] = audit_cli.AuditOpt,
-    audit_key_file: Optional[Path] = audit_cli.AuditKeyOpt,
-    actor: Optional[str] = audit_cli.ActorOpt,
+    audit_target: Optional[str] = auditing.AuditOpt,
+    audit_key_file: Optional[Path] = auditing.AuditKeyOpt,
+    actor: Optional[str] = auditing.ActorOpt,
 ) -> None:
     """A review-enabled FHIR run: records with a span below its category's threshold are held in the review queue
     (sealed with the review key); the others are written to OUTPUT. Exit 3 when a record was refused."""
     thresholds = _thresholds(config)
     engine = deidentifier(key_file, profile, stack, True, today)
     held_queue = _queue(queue, review_key_file)
-    account = audit_cli.open_session(engine, "fhir", audit_target, audit_key_file, actor)
+    account = auditing.open_session(engine, "fhir", audit_target, audit_key_file, actor)
     try:
         inputs = fhir_files.list_inputs(input)
     except InputError as e:
-        _fail(str(e))
+        fail(str(e))
     counts = {"released": 0, "held": 0, "refused": 0, "bad_input": 0}
     for path, rel in inputs:
         target = (output / rel.name if output.is_dir() else output) if input.is_file() else output / rel
@@ -102,7 +97,7 @@ def review_fhir(
             account.pending.extend(held_entries)
             if released:
                 data = fhir_files.serialize(released, f.ndjson)
-                audit_cli.record_file(account, audited, data, f.ndjson)
+                auditing.record_file(account, audited, data, f.ndjson)
                 fhir_files.write_atomic(target, data)
                 counts["released"] += len(released)
             else:
@@ -116,7 +111,7 @@ def review_fhir(
             counts["refused"] += 1
             typer.echo(f"refused  {e}", err=True)
         except (QueueError, audit.AuditError) as e:
-            _fail(str(e))
+            fail(str(e))
     typer.echo(f"{counts['released']} released to {output}, {counts['held']} held for review, "
                f"{counts['refused']} refused, {counts['bad_input']} bad input", err=True)
     if counts["refused"]:
@@ -139,8 +134,8 @@ def review_serve(
     port: int = typer.Option(8090, "--port"),
     ssl_certfile: Optional[Path] = typer.Option(None, "--ssl-certfile"),
     ssl_keyfile: Optional[Path] = typer.Option(None, "--ssl-keyfile"),
-    audit_target: Optional[str] = audit_cli.AuditOpt,
-    audit_key_file: Optional[Path] = audit_cli.AuditKeyOpt,
+    audit_target: Optional[str] = auditing.AuditOpt,
+    audit_key_file: Optional[Path] = auditing.AuditKeyOpt,
 ) -> None:
     """Serve the review page: sign in, held records by priority, one record at a time, release with decisions."""
     import uvicorn
@@ -148,11 +143,11 @@ def review_serve(
     try:
         store = UserStore.load(users)
     except UsersFileError as e:
-        _fail(str(e))
+        fail(str(e))
     out.mkdir(mode=0o700, parents=True, exist_ok=True)
     app = create_review_app(ReviewConfig(
         _queue(queue, review_key_file), store, deidentifier(key_file, profile, stack, True, today),
-        _thresholds(config), out, audit_cli.open_trail(audit_target, audit_key_file),
+        _thresholds(config), out, auditing.open_trail(audit_target, audit_key_file),
         secure_cookies=bool(ssl_certfile)))
     typer.echo(f"review page on http{'s' * bool(ssl_certfile)}://{host}:{port}/", err=True)
     uvicorn.run(app, host=host, port=port, access_log=False, log_level="warning",
@@ -167,11 +162,11 @@ def review_add_user(users: Path = typer.Argument(..., help="Users file (created 
     """Add or replace a reviewer; the password is read from stdin (or prompted) and only its scrypt hash is kept."""
     password = getpass.getpass("Password: ") if sys.stdin.isatty() else sys.stdin.readline().rstrip("\n")
     if sys.stdin.isatty() and getpass.getpass("Again: ") != password:
-        _fail("the passwords differ")
+        fail("the passwords differ")
     try:
         add_user(users, name, role, site, password)
     except UsersFileError as e:
-        _fail(str(e))
+        fail(str(e))
     typer.echo(f"user {name} ({role}, site {site}) written to {users}", err=True)
 
 
@@ -183,12 +178,12 @@ def review_export(out: Path = typer.Option(..., "--out", help="Training examples
                                                       "Without it the text stays sealed.")) -> None:
     """Released records' decisions as labeled training examples: {id, text | sealed, spans: [{start, end, category}]}."""
     if "://" in str(out):
-        _fail("--out must be a local path")
+        fail("--out must be a local path")
     held_queue = _queue(queue, review_key_file, need_key=False)
     try:
         n = export_examples(iter_sealed(held_queue, site), held_queue if review_key_file else None, out)
     except (QueueError, OSError) as e:
-        _fail(str(e))
+        fail(str(e))
     typer.echo(f"{n} example(s) written to {out} ({'text decrypted' if review_key_file else 'text sealed'})", err=True)
 
 
@@ -204,7 +199,7 @@ def review_train(from_review: Path = typer.Option(..., "--from-review", help="Ex
     try:
         examples = load_examples(from_review)
     except ValueError as e:
-        _fail(str(e))
+        fail(str(e))
     report = fine_tune(examples, out, base=base, synthetic=synthetic, steps=steps, seed=seed)
     typer.echo(json.dumps(report))
 

@@ -15,14 +15,12 @@ from typing import List, Optional
 
 import typer
 
-from adapter.cli.common import LlmModel, LlmUrl
+from adapter.cli.common import LlmModel, LlmUrl, fail, known_from_json
 
 from adapter.risk import measures as risk
-from adapter.cli.common import fail as cli_fail
 from text_deid import evaluation
 from text_deid.spans import DetectorError
 from text_deid.stack import LlmSettings, StackUnavailable, build_stack
-from adapter.cli.common import known_from_json
 from adapter.audit.trail import engine_versions
 from adapter.audit.trail import _adapter_version
 from fhir_transforms.hl7v2.rules import load_hl7_profile
@@ -33,10 +31,6 @@ EXIT_THRESHOLD = 1
 EXIT_REFUSED = 3
 StackOpt = typer.Option(None, "--stack", help="Text stack for the gold sample: patterns, no-llm, precision-first, "
                                               "recall-first, balanced (use the one the release was made with).")
-
-
-def fail(message: str, code: int = 2) -> None:
-    cli_fail(message, code)
 
 
 def risk_command(

@@ -10,7 +10,7 @@ import typer
 
 from adapter.cli.common import LlmModel, LlmUrl
 
-from adapter.cli import audit as audit_cli
+from adapter.cli import auditing
 from adapter.http.auth import OPERATIONS, TOKENS_ENV, TokenFileError, TokenStore, add_client
 from fhir_transforms import dates, keys
 from adapter.cli.common import fail
@@ -36,8 +36,8 @@ def serve(
     ssl_certfile: Optional[Path] = typer.Option(None, "--ssl-certfile", help="Terminate TLS here (else use a reverse proxy)."),
     ssl_keyfile: Optional[Path] = typer.Option(None, "--ssl-keyfile"),
     today: Optional[str] = typer.Option(None, "--today", help="Reference day for ages (YYYY-MM-DD)."),
-    audit: Optional[str] = audit_cli.AuditOpt,
-    audit_key_file: Optional[Path] = audit_cli.AuditKeyOpt,
+    audit: Optional[str] = auditing.AuditOpt,
+    audit_key_file: Optional[Path] = auditing.AuditKeyOpt,
     llm_url: Optional[str] = LlmUrl,
     llm_model: Optional[str] = LlmModel,
 ) -> None:
@@ -53,7 +53,7 @@ def serve(
     except (keys.KeyError_, TokenFileError, ProfileError, StackUnavailable) as e:
         fail(str(e))
     clock = (lambda d=date.fromisoformat(today): d) if today else dates.today
-    trail = audit_cli.open_trail(audit, audit_key_file)
+    trail = auditing.open_trail(audit, audit_key_file)
     config = ServiceConfig(key, store, profile, stack, int(max_body_mb * 1024 * 1024), timeout_s, workers, clock, trail,
                            llm=llm)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
