@@ -7,14 +7,11 @@ from pathlib import Path
 from typing import Optional
 
 from fhir_transforms import dates, keys
+from fhir_transforms.errors import SettingsError
 from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.r4.record import Deidentifier
 from fhir_transforms.rules import ProfileError, load_profile
 from text_deid.stack import LlmSettings, StackUnavailable, build_stack
-
-
-class EngineSettingsError(ValueError):
-    """The settings cannot make an engine: a bad key, profile, stack or date. The message names which."""
 
 
 def fhir_engine(key_file: Optional[Path], profile: str, stack: Optional[str], validate: bool, today: Optional[str],
@@ -26,5 +23,5 @@ def fhir_engine(key_file: Optional[Path], profile: str, stack: Optional[str], va
         text_stack = build_stack(stack, llm)
         clock = (lambda d=date.fromisoformat(today): d) if today else dates.today
     except (keys.KeyError_, ProfileError, StackUnavailable, ValueError) as e:
-        raise EngineSettingsError(str(e)) from e
+        raise SettingsError(str(e)) from e
     return Deidentifier(prof, Pseudonymizer(key), text_stack, clock, validate)

@@ -12,3 +12,7 @@ class RecordRefused(RuntimeError):
 
 class DetectorFailed(RecordRefused):
     """A detector failed or timed out: the record is refused (exit 3); over HTTP this is 503, not 422."""
+
+
+class SettingsError(ValueError):
+    """The settings cannot make an engine: a bad key, profile, stack or date. The message names which (exit 2)."""

@@ -11,15 +11,21 @@ from typing import List, Optional
 
 import typer
 
+from adapter import files as fhir_files
 from adapter.audit import trail as audit
 from adapter.audit.trail import AuditError, AuditTrail
-from fhir_transforms import keys
-from adapter.audit.vault import Vault, VaultError, vault_url
-from adapter.cli.auditing import ActorOpt, AuditKeyOpt, AuditOpt, VaultKeyOpt, open_trail
-from adapter.cli.common import fail
-from adapter import files as fhir_files
-from adapter.audit.vault import ReidentificationDenied, reidentify as relink
+from adapter.audit.vault import ReidentificationDenied, Vault, VaultError, vault_url
+from adapter.audit.vault import reidentify as relink
 from adapter.audit.vault import reverse_fpe as reverse
+from adapter.cli.auditing import (
+    ActorOpt,
+    AuditKeyOpt,
+    AuditOpt,
+    VaultKeyOpt,
+    open_trail,
+)
+from adapter.cli.common import fail
+from fhir_transforms import keys
 
 EXIT_BROKEN = 1  # audit verify: the chain does not hold
 

@@ -8,18 +8,23 @@ from typing import Optional
 
 import typer
 
-from adapter.cli.common import KeyFile, LlmModel, LlmUrl
-
-from adapter.cli import auditing
 from adapter.audit.trail import AuditError
 from adapter.audit.trail import default_actor as audit_default_actor
 from adapter.bulk.export import deidentify_export
-from adapter.cli.common import EXIT_BAD_INPUT, EXIT_REFUSED, fail
+from adapter.bulk.spark import SparkUnavailable, check_spark
+from adapter.cli import auditing
+from adapter.cli.common import (
+    EXIT_BAD_INPUT,
+    EXIT_REFUSED,
+    KeyFile,
+    LlmModel,
+    LlmUrl,
+    fail,
+)
 from fhir_transforms import keys
 from fhir_transforms.errors import InputError
 from fhir_transforms.rules import ProfileError
 from text_deid.stack import LlmSettings, StackUnavailable
-from adapter.bulk.spark import SparkUnavailable, check_spark
 
 
 class Engine(str, Enum):

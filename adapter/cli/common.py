@@ -1,20 +1,20 @@
-"""What every command shares: exit codes, `fail`, the options many commands take, and the engine they build."""
+"""What every command shares: exit codes and the errors they stand for, `fail`, and the options many commands
+take. Kept light: the group imports it to list commands without loading any engine."""
 from __future__ import annotations
 
 import gc
 from enum import Enum
-from pathlib import Path
-from typing import Optional
 
 import typer
 
-from adapter.engines import EngineSettingsError, fhir_engine
 from fhir_transforms import keys
-from fhir_transforms.r4.record import Deidentifier
+from fhir_transforms.errors import InputError, RecordRefused, SettingsError
 from text_deid.spans import KnownIdentifier
-from text_deid.stack import LlmSettings
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_REFUSED = 0, 2, 3
+# An error that ends a command → its exit code; the group maps them here, in one place (../shared/DESIGN.md).
+EXIT_CODES: dict[type[Exception], int] = {SettingsError: EXIT_BAD_INPUT, InputError: EXIT_BAD_INPUT,
+                                          RecordRefused: EXIT_REFUSED}
 GC_THRESHOLD = 50_000  # objects allocated between young-generation collections (Python's default: 700)
 
 KeyFile = typer.Option(None, "--key-file", envvar=keys.KEY_FILE_ENV, help="Key file (or DEID_ADAPTER_KEY_FILE).",
@@ -40,15 +40,6 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
     """Print the message on stderr and end the command with the exit code (2: bad usage or input)."""
     typer.echo(f"deid-adapter: {message}", err=True)
     raise typer.Exit(code)
-
-
-def deidentifier(key_file: Optional[Path], profile: str, stack: Optional[str], validate: bool, today: Optional[str],
-                 llm: Optional[LlmSettings] = None) -> Deidentifier:
-    """The FHIR engine for these options, or exit 2 naming what is wrong with them."""
-    try:
-        return fhir_engine(key_file, profile, stack, validate, today, llm)
-    except EngineSettingsError as e:
-        fail(str(e))
 
 
 def known_from_json(rec: dict) -> list[KnownIdentifier]:

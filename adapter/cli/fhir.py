@@ -10,8 +10,17 @@ import typer
 from adapter import files as fhir_files
 from adapter.audit.trail import AuditError
 from adapter.cli import auditing
-from adapter.cli.common import (EXIT_BAD_INPUT, EXIT_REFUSED, KeyFile, LlmModel, LlmUrl, StackOpt, Validation,
-                                deidentifier, fail)
+from adapter.cli.common import (
+    EXIT_BAD_INPUT,
+    EXIT_REFUSED,
+    KeyFile,
+    LlmModel,
+    LlmUrl,
+    StackOpt,
+    Validation,
+    fail,
+)
+from adapter.engines import fhir_engine
 from fhir_transforms.errors import InputError, RecordRefused
 from text_deid.stack import LlmSettings
 
@@ -35,7 +44,7 @@ def fhir(
     vault_key_file: Optional[Path] = auditing.VaultKeyOpt,
 ) -> None:
     """De-identify FHIR R4 input into OUTPUT. Bad files are reported and skipped; the exit code says so."""
-    engine = deidentifier(key_file, profile, stack, validate is Validation.full, today, LlmSettings(llm_url, llm_model))
+    engine = fhir_engine(key_file, profile, stack, validate is Validation.full, today, LlmSettings(llm_url, llm_model))
     account = auditing.open_session(engine, "fhir", audit, audit_key_file, actor, vault, vault_key_file)
     if input.resolve() == output.resolve():
         fail("OUTPUT must differ from INPUT")

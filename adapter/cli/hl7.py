@@ -6,13 +6,19 @@ from typing import Optional
 
 import typer
 
-from adapter.cli.common import KeyFile, LlmModel, LlmUrl
-
+from adapter import files as fhir_files
 from adapter.audit import trail as audit
 from adapter.cli import auditing
+from adapter.cli.common import (
+    EXIT_BAD_INPUT,
+    EXIT_REFUSED,
+    KeyFile,
+    LlmModel,
+    LlmUrl,
+    fail,
+)
+from adapter.engines import fhir_engine
 from fhir_transforms.errors import InputError, RecordRefused
-from adapter import files as fhir_files
-from adapter.cli.common import EXIT_BAD_INPUT, EXIT_REFUSED, deidentifier, fail
 from fhir_transforms.hl7v2.engine import HL7Deidentifier
 from fhir_transforms.hl7v2.message import decode_bytes
 from fhir_transforms.hl7v2.rules import load_hl7_profile
@@ -47,7 +53,7 @@ def hl7(
     actor: Optional[str] = auditing.ActorOpt,
 ) -> None:
     """De-identify HL7v2 ER7 messages into OUTPUT. Bad files are reported and skipped; the exit code says so."""
-    base = deidentifier(key_file, profile, stack, False, today, LlmSettings(llm_url, llm_model))
+    base = fhir_engine(key_file, profile, stack, False, today, LlmSettings(llm_url, llm_model))
     try:
         engine = HL7Deidentifier(load_hl7_profile(profile), base.pseudo, base.stack, base.clock)
     except ProfileError as e:

@@ -13,17 +13,16 @@ from typing import Callable, Optional, Union
 
 import typer
 
-from adapter.cli.common import KeyFile, LlmModel, LlmUrl
-
+from adapter.audit import trail as audit
 from adapter.cli import auditing
-
+from adapter.cli.common import KeyFile, LlmModel, LlmUrl, fail
+from adapter.engines import fhir_engine
 from adapter.mllp import listener as edge
-from adapter.cli.common import deidentifier, fail
 from fhir_transforms.hl7v2.engine import HL7Deidentifier
 from fhir_transforms.hl7v2.rules import load_hl7_profile
 from fhir_transforms.rules import ProfileError
 from text_deid.stack import LlmSettings
-from adapter.audit import trail as audit
+
 
 def make_pool(engine: Callable[[str], str], workers: int) -> Union[Executor, edge.WorkerProcesses]:
     """Where the CPU-bound de-identification runs. Worker processes (forked now, after the engine is built and
@@ -35,7 +34,7 @@ def make_pool(engine: Callable[[str], str], workers: int) -> Union[Executor, edg
 
 def _hl7_engine(key_file, profile: str, stack: Optional[str], llm=None) -> Callable[[str], str]:
     """The HL7v2 engine the `hl7` command uses, with the same key, profile, stack and LLM options."""
-    base = deidentifier(key_file, profile, stack, False, None, llm)
+    base = fhir_engine(key_file, profile, stack, False, None, llm)
     try:
         return HL7Deidentifier(load_hl7_profile(profile), base.pseudo, base.stack, base.clock).deidentify
     except ProfileError as e:

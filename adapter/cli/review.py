@@ -10,18 +10,26 @@ from typing import Optional
 
 import typer
 
+from adapter import files as fhir_files
 from adapter.audit import trail as audit
 from adapter.cli import auditing
-from adapter import files as fhir_files
-from adapter.review.auth import ROLES, USERS_ENV, UserStore, UsersFileError, add_user
-from adapter.review.queue import REVIEW_KEY_ENV, QueueError, ReviewQueue, Thresholds, iter_sealed, queue_url
-from fhir_transforms import keys
-from adapter.cli.common import deidentifier, fail
-from adapter.review.flow import route
-from fhir_transforms.errors import InputError, RecordRefused
+from adapter.cli.common import fail
+from adapter.engines import fhir_engine
 from adapter.review.app import ReviewConfig, create_review_app
+from adapter.review.auth import ROLES, USERS_ENV, UsersFileError, UserStore, add_user
 from adapter.review.export import export_examples
+from adapter.review.flow import route
+from adapter.review.queue import (
+    REVIEW_KEY_ENV,
+    QueueError,
+    ReviewQueue,
+    Thresholds,
+    iter_sealed,
+    queue_url,
+)
 from adapter.review.training import fine_tune, load_examples
+from fhir_transforms import keys
+from fhir_transforms.errors import InputError, RecordRefused
 
 review_app = typer.Typer(help="Human review of low-confidence spans: hold, review in a browser, export, retrain.",
                          no_args_is_help=True)
@@ -68,7 +76,7 @@ def review_fhir(
     """A review-enabled FHIR run: records with a span below its category's threshold are held in the review queue
     (sealed with the review key); the others are written to OUTPUT. Exit 3 when a record was refused."""
     thresholds = _thresholds(config)
-    engine = deidentifier(key_file, profile, stack, True, today)
+    engine = fhir_engine(key_file, profile, stack, True, today)
     held_queue = _queue(queue, review_key_file)
     account = auditing.open_session(engine, "fhir", audit_target, audit_key_file, actor)
     try:
@@ -146,7 +154,7 @@ def review_serve(
         fail(str(e))
     out.mkdir(mode=0o700, parents=True, exist_ok=True)
     app = create_review_app(ReviewConfig(
-        _queue(queue, review_key_file), store, deidentifier(key_file, profile, stack, True, today),
+        _queue(queue, review_key_file), store, fhir_engine(key_file, profile, stack, True, today),
         _thresholds(config), out, auditing.open_trail(audit_target, audit_key_file),
         secure_cookies=bool(ssl_certfile)))
     typer.echo(f"review page on http{'s' * bool(ssl_certfile)}://{host}:{port}/", err=True)

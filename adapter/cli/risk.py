@@ -15,17 +15,15 @@ from typing import List, Optional
 
 import typer
 
+from adapter.audit import trail as audit
+from adapter.audit.trail import _adapter_version, engine_versions
 from adapter.cli.common import LlmModel, LlmUrl, fail, known_from_json
-
 from adapter.risk import measures as risk
+from adapter.risk import report as risk_report
+from fhir_transforms.hl7v2.rules import load_hl7_profile
 from text_deid import evaluation
 from text_deid.spans import DetectorError
 from text_deid.stack import LlmSettings, StackUnavailable, build_stack
-from adapter.audit.trail import engine_versions
-from adapter.audit.trail import _adapter_version
-from fhir_transforms.hl7v2.rules import load_hl7_profile
-from adapter.audit import trail as audit
-from adapter.risk import report as risk_report
 
 EXIT_THRESHOLD = 1
 EXIT_REFUSED = 3

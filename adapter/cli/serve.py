@@ -8,16 +8,20 @@ from typing import List, Optional
 
 import typer
 
-from adapter.cli.common import LlmModel, LlmUrl
-
 from adapter.cli import auditing
-from adapter.http.auth import OPERATIONS, TOKENS_ENV, TokenFileError, TokenStore, add_client
-from fhir_transforms import dates, keys
-from adapter.cli.common import fail
+from adapter.cli.common import LlmModel, LlmUrl, fail
+from adapter.http.auth import (
+    OPERATIONS,
+    TOKENS_ENV,
+    TokenFileError,
+    TokenStore,
+    add_client,
+)
 from adapter.http.service import ServiceConfig, create_app
+from conformance.check import check
+from fhir_transforms import dates, keys
 from fhir_transforms.rules import ProfileError, load_profile
 from text_deid.stack import LlmSettings, StackUnavailable, build_stack
-from conformance.check import check
 
 tokens_app = typer.Typer(help="Manage the HTTP service's client tokens.", no_args_is_help=True)
 conformance_app = typer.Typer(help="Check a $de-identify server against the Safe Harbor checks.", no_args_is_help=True)

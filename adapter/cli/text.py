@@ -9,12 +9,25 @@ from typing import Optional
 import typer
 
 from adapter import files as fhir_files
-from adapter.cli.common import EXIT_REFUSED, KeyFile, LlmModel, LlmUrl, StackOpt, fail, known_from_json
+from adapter.cli.common import (
+    EXIT_REFUSED,
+    KeyFile,
+    LlmModel,
+    LlmUrl,
+    StackOpt,
+    fail,
+    known_from_json,
+)
 from fhir_transforms import keys
 from fhir_transforms.pseudonym import Pseudonymizer
 from text_deid import evaluation, replace
 from text_deid.spans import DetectorError
-from text_deid.stack import LlmSettings, StackUnavailable, build_stack, detector_versions
+from text_deid.stack import (
+    LlmSettings,
+    StackUnavailable,
+    build_stack,
+    detector_versions,
+)
 from text_deid.surrogates import Surrogates
 
 text_app = typer.Typer(help="Run the text stack on JSONL notes.", no_args_is_help=True)
