@@ -185,7 +185,7 @@ def create_review_app(config: ReviewConfig) -> FastAPI:
             if held.status != HELD:
                 raise Denied(409, f"this record was {held.status} already")
             try:
-                decisions = decide(held, submitted)
+                decisions = decide(held, submitted, config.thresholds)
                 result = release(config.engine, held, decisions)
             except DecisionError as e:
                 raise Denied(400, str(e)) from None

@@ -125,9 +125,10 @@ class Decision:
                 "original_category": self.original_category}
 
 
-def decide(held: HeldRecord, submitted: Sequence[dict]) -> list[Decision]:
+def decide(held: HeldRecord, submitted: Sequence[dict], thresholds: Thresholds) -> list[Decision]:
     """Check the page's decisions against the held record. An original span without a decision is confirmed
-    (fail closed: nothing the stack found is released unless a reviewer rejected it)."""
+    (fail closed: nothing the stack found is released unless a reviewer rejected it), and only a span routed for
+    review (below its category's threshold) may be rejected: a confident one can only be confirmed or changed."""
     by_origin: dict[tuple[int, int], dict] = {}
     added: list[Decision] = []
     for d in submitted:
@@ -149,6 +150,10 @@ def decide(held: HeldRecord, submitted: Sequence[dict]) -> list[Decision]:
         origin = d.get("origin")
         if not isinstance(origin, int) or not 0 <= origin < len(held.texts[t].spans):
             raise DecisionError("decision names a span the record does not have")
+        span = held.texts[t].spans[origin]
+        if action == "reject" and not thresholds.is_suspect(span):
+            raise DecisionError(f"span {origin} of text {t} ({span.category}) was not routed for review: its "
+                                "confidence is at or above its category's threshold, so it cannot be rejected")
         by_origin[(t, origin)] = d
     decisions = []
     for t, under in enumerate(held.texts):

@@ -2,6 +2,7 @@
 sign-in, roles, sites, CSRF, and the training export."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 import stat
@@ -104,7 +105,7 @@ def test_queue_on_postgresql(tmp_path, test_key):
     site = f"pg-{uuid.uuid4().hex[:8]}"
     item = setup.hold(site=site)
     held = setup.queue.open(item, site)
-    decisions = decide(held, [])
+    decisions = decide(held, [], setup.thresholds)
     assert "[DATE]" in release(setup.engine, held, decisions).resource["note"][0]["text"]
     assert setup.queue.close_item(item, site, "released", "rita", [d.to_json() for d in decisions])
     assert not setup.queue.close_item(item, site, "released", "rita", [])  # never twice
@@ -115,24 +116,46 @@ def test_queue_on_postgresql(tmp_path, test_key):
 
 def test_undecided_spans_are_confirmed_and_bad_decisions_refused(setup):
     held = setup.queue.open(setup.hold(), "north")
-    assert [d.action for d in decide(held, [])] == ["confirm", "confirm"]
+    assert [d.action for d in decide(held, [], setup.thresholds)] == ["confirm", "confirm"]
     with pytest.raises(DecisionError):
-        decide(held, [{"text": 1, "start": 5, "end": 999, "category": "NAME", "action": "add"}])
+        decide(held, [{"text": 1, "start": 5, "end": 999, "category": "NAME", "action": "add"}], setup.thresholds)
     with pytest.raises(DecisionError):
-        decide(held, [{"text": 1, "origin": 0, "category": "NOT_A_CATEGORY", "action": "change"}])
-    changed = decide(held, [{"text": 1, "origin": 1, "category": "FAX_NUMBER", "action": "change"}])
+        decide(held, [{"text": 1, "origin": 0, "category": "NOT_A_CATEGORY", "action": "change"}], setup.thresholds)
+    changed = decide(held, [{"text": 1, "origin": 1, "category": "FAX_NUMBER", "action": "change"}], setup.thresholds)
     assert "[FAX_NUMBER]" in release(setup.engine, held, changed).resource["note"][0]["text"]
 
 
 def test_the_leak_guard_refuses_a_release_that_rejects_a_known_identifier(setup):
     held = setup.queue.open(setup.hold(observation(NOTE.replace("Quentin Marsh", "Quentin Marshfield") + " Marshfield",
                                                    family="Marshfield")), "north")
-    spans = held.texts[-1].spans
-    known = [i for i, s in enumerate(spans) if s.detector == "known"]
+    last = len(held.texts) - 1
+    known = [(s.start, s.end) for s in held.texts[last].spans if s.detector == "known"]
     assert known
+    # decide() refuses to reject a confident span; the leak guard still stands behind it
+    rejected = [dataclasses.replace(d, action="reject") if d.text == last and (d.start, d.end) in known else d
+                for d in decide(held, [], setup.thresholds)]
     with pytest.raises(RecordRefused, match="leak guard"):
-        release(setup.engine, held, decide(held, [{"text": len(held.texts) - 1, "origin": i, "action": "reject"}
-                                                  for i in known]))
+        release(setup.engine, held, rejected)
+
+
+def test_a_confident_span_cannot_be_rejected(setup):
+    """Issue #17 item 6: only spans routed for review (below their threshold) may be rejected; a confident SSN
+    (0.90, threshold 0) is refused with 400 and never released in the clear."""
+    item = setup.hold(observation("SSN 123-45-6789; call 617-555-0142 on 03/14/2025."))
+    held = setup.queue.open(item, "north")
+    ssn = next(i for i, s in enumerate(held.texts[1].spans) if s.category == "SOCIAL_SECURITY_NUMBER")
+    phone = next(i for i, s in enumerate(held.texts[1].spans) if s.category == "PHONE_NUMBER")
+    client, csrf = signed_in(setup, "rita")
+    r = client.post(f"/records/{item}/release", json={"decisions": [{"text": 1, "origin": ssn, "action": "reject"}]},
+                    headers={"x-csrf-token": csrf})
+    assert r.status_code == 400 and "not routed for review" in r.json()["error"]
+    assert "123-45-6789" not in r.text
+    assert not (setup.out_dir / f"{item}.json").exists() and setup.queue.row(item).status == "held"
+    # the routed phone (0.85 < 0.95) may be rejected; the SSN is masked whatever the page sends
+    r = client.post(f"/records/{item}/release", json={"decisions": [{"text": 1, "origin": phone, "action": "reject"}]},
+                    headers={"x-csrf-token": csrf})
+    assert r.status_code == 200, r.text
+    assert released_text(setup, item) == "SSN [SOCIAL_SECURITY_NUMBER]; call 617-555-0142 on [DATE]."
 
 
 # --- sign-in, roles, sites, CSRF
