@@ -14,10 +14,11 @@ from fastapi.testclient import TestClient
 from adapter.review_app import create_review_app
 from adapter.review_auth import UserStore, UsersFileError, check_password, hash_password
 from adapter.review_export import export_examples
-from adapter.review_flow import DecisionError, decide, release, route
-from adapter.review_queue import QueueError, ReviewQueue, Thresholds, iter_sealed
+from adapter.review_flow import DecidedStack, DecisionError, decide, release, route
+from adapter.review_queue import QueueError, ReviewQueue, TextUnderReview, Thresholds, iter_sealed
 from fhir_transforms import keys
 from fhir_transforms.errors import RecordRefused
+from text_deid.spans import DetectorError
 from tests.review_support import NOTE, PASSWORDS, make_setup, observation, released_text, secrets_of
 
 
@@ -258,3 +259,33 @@ def test_export_keeps_text_sealed_without_the_review_key(setup, tmp_path):
     assert example["spans"] == [{"start": 8, "end": 18, "category": "DATE"},
                                 {"start": start, "end": start + 13, "category": "NAME"}]
     assert stat.S_IMODE(plain_out.stat().st_mode) == 0o600
+
+
+def test_a_held_record_whose_keys_are_not_sorted_is_released(setup):
+    """Issue #17 item 13: the queue stores the record with sorted keys; the release matches texts by path, so a
+    Condition whose `text` precedes `code` is released (it was refused: the texts came in another order)."""
+    condition = {"resourceType": "Condition",
+                 "text": {"status": "generated",
+                          "div": '<div xmlns="http://www.w3.org/1999/xhtml">Seen on 03/14/2025 by Dr. Alvarez.</div>'},
+                 "code": {"text": "Asthma; call 617-555-0142"},
+                 "subject": {"reference": "Patient/p1"}}
+    item = setup.hold(condition)
+    client, csrf = signed_in(setup, "rita")
+    page = client.get(f"/records/{item}").text
+    assert "text.div" in page and "code.text" in page  # each text is shown with its path
+    r = client.post(f"/records/{item}/release", json={"decisions": []}, headers={"x-csrf-token": csrf})
+    assert r.status_code == 200, r.text
+    released = json.loads((setup.out_dir / f"{item}.json").read_text())
+    assert released["code"]["text"] == "Asthma; call [PHONE_NUMBER]"
+    assert "[DATE]" in released["text"]["div"] and "03/14/2025" not in released["text"]["div"]
+
+
+def test_a_record_held_before_texts_had_paths_is_matched_in_order(setup):
+    """Rows held by an earlier release name a path only for texts with findings: those compare in order."""
+    held = setup.queue.open(setup.hold(), "north")
+    old = [TextUnderReview(t.path if t.spans else "", t.text, t.spans) for t in held.texts]
+    held = dataclasses.replace(held, texts=old)
+    assert "[DATE]" in release(setup.engine, held, decide(held, [], setup.thresholds)).resource["note"][0]["text"]
+    stack = DecidedStack(setup.engine.stack, old, [[] for _ in old], None)
+    with pytest.raises(DetectorError, match="differ"):
+        stack.detect_many([t.text for t in reversed(old)], ())
