@@ -6,7 +6,10 @@ import dataclasses
 import json
 import sqlite3
 import stat
+import threading
 import uuid
+
+import httpx
 
 import pytest
 from fastapi.testclient import TestClient
@@ -15,11 +18,12 @@ from adapter.review_app import create_review_app
 from adapter.review_auth import UserStore, UsersFileError, check_password, hash_password
 from adapter.review_export import export_examples
 from adapter.review_flow import DecidedStack, DecisionError, decide, release, route
+from adapter.review_sessions import LoginThrottle, Sessions
 from adapter.review_queue import QueueError, ReviewQueue, TextUnderReview, Thresholds, iter_sealed
 from fhir_transforms import keys
 from fhir_transforms.errors import RecordRefused
 from text_deid.spans import DetectorError
-from tests.review_support import NOTE, PASSWORDS, make_setup, observation, released_text, secrets_of
+from tests.review_support import NOTE, PASSWORDS, LiveServer, make_setup, observation, released_text, secrets_of
 
 
 @pytest.fixture
@@ -110,6 +114,11 @@ def test_queue_on_postgresql(tmp_path, test_key):
     assert "[DATE]" in release(setup.engine, held, decisions).resource["note"][0]["text"]
     assert setup.queue.close_item(item, site, "released", "rita", [d.to_json() for d in decisions])
     assert not setup.queue.close_item(item, site, "released", "rita", [])  # never twice
+    sessions = Sessions(setup.queue.engine)  # sessions live beside the queue, on PostgreSQL too
+    cookie, csrf = sessions.start("rita")
+    assert sessions.read(cookie) == ("rita", csrf)
+    sessions.end(cookie)
+    assert sessions.read(cookie) is None
 
 
 # --- decisions
@@ -194,6 +203,86 @@ def test_sign_in_needs_the_form_csrf_token_and_the_right_password(setup):
     page = client.get("/login").text
     csrf = page.split('name="csrf" value="')[1].split('"')[0]
     assert client.post("/login", data={"name": "rita", "password": "nope", "csrf": csrf}).status_code == 401
+
+
+def test_sign_out_ends_the_session_on_the_server(setup):
+    """Issue #17 item 13: a signed-out cookie opens nothing (it did for up to 8 h); the store keeps only a digest."""
+    item = setup.hold()
+    client, csrf = signed_in(setup, "rita")
+    cookie = client.cookies.get("deid_review_session")
+    assert client.get(f"/records/{item}").status_code == 200
+    assert client.post("/logout", data={"csrf": csrf}, follow_redirects=False).status_code == 303
+    replay = TestClient(client.app)
+    replay.cookies.set("deid_review_session", cookie)
+    assert replay.get(f"/records/{item}").status_code == 401
+    assert replay.get("/", headers={"accept": "text/html"}, follow_redirects=False).headers["location"] == "/login"
+    live = signed_in(setup, "rita")[0].cookies.get("deid_review_session")
+    rows = sqlite3.connect(setup.root / "review.sqlite").execute("select * from deid_review_session").fetchall()
+    assert len(rows) == 1 and live not in str(rows)  # only the live session, by its digest
+    now = [0.0]
+    sessions = Sessions(setup.queue.engine, max_age_s=60, clock=lambda: now[0])
+    cookie, _ = sessions.start("rita")
+    now[0] = 61.0
+    assert sessions.read(cookie) is None  # expired
+
+
+def _attempt(client: TestClient, name: str, password: str):
+    page = client.get("/login").text
+    csrf = page.split('name="csrf" value="')[1].split('"')[0]
+    return client.post("/login", data={"name": name, "password": password, "csrf": csrf}, follow_redirects=False)
+
+
+def test_sign_in_is_throttled_per_name_and_per_address(setup):
+    """Issue #17 item 13: failed sign-ins lock the name, then the client address, for a while (injected clock)."""
+    now = [1000.0]
+    config = setup.config()
+    config.throttle = LoginThrottle(max_per_user=3, max_per_address=5, window_s=60, lockout_s=300,
+                                    clock=lambda: now[0])
+    client = TestClient(create_review_app(config))
+    assert [_attempt(client, "rita", "wrong").status_code for _ in range(3)] == [401, 401, 401]
+    locked = _attempt(client, "rita", PASSWORDS["rita"])  # the right password, but locked
+    assert locked.status_code == 429 and "Too many failed sign-ins" in locked.text
+    assert 0 < int(locked.headers["retry-after"]) <= 301
+    now[0] += 301
+    assert _attempt(client, "rita", PASSWORDS["rita"]).status_code == 303
+    # a successful sign-in clears the name's count
+    now[0] += 61
+    assert [_attempt(client, "adam", "wrong").status_code for _ in range(2)] == [401, 401]
+    assert _attempt(client, "adam", PASSWORDS["adam"]).status_code == 303
+    now[0] += 61
+    assert [_attempt(client, "adam", "wrong").status_code for _ in range(2)] == [401, 401]
+    assert _attempt(client, "adam", PASSWORDS["adam"]).status_code == 303
+    # many names from one address lock the address
+    now[0] += 61
+    assert [_attempt(client, f"guess{i}", "wrong").status_code for i in range(5)] == [401] * 5
+    assert _attempt(client, "otto", PASSWORDS["otto"]).status_code == 429
+
+
+def test_password_hashing_leaves_the_event_loop_free(setup):
+    """Issue #17 item 13: while a sign-in hashes (held here until the other request is answered), the server still
+    answers another request; with scrypt on the event loop the other request waited for the hash."""
+    hashing, answered, order = threading.Event(), threading.Event(), []
+
+    class SlowUsers(UserStore):
+        def authenticate(self, name, password):
+            hashing.set()
+            answered.wait(10)
+            order.append("hashed")
+            return super().authenticate(name, password)
+
+    config = setup.config()
+    config.users = SlowUsers.load(setup.users_file)
+    with LiveServer(create_review_app(config)) as srv, httpx.Client(base_url=srv.url) as client:
+        csrf = client.get("/login").text.split('name="csrf" value="')[1].split('"')[0]
+        login = threading.Thread(target=lambda: order.append(client.post(
+            "/login", data={"name": "rita", "password": PASSWORDS["rita"], "csrf": csrf}).status_code))
+        login.start()
+        assert hashing.wait(10)
+        assert httpx.get(srv.url + "/healthz", timeout=30).status_code == 200
+        order.append("healthz")
+        answered.set()
+        login.join(30)
+    assert order == ["healthz", "hashed", 303]  # then the sign-in went through
 
 
 def test_release_needs_the_csrf_token(setup):
