@@ -227,3 +227,53 @@ def test_key_files_refused_when_open_or_for_another_purpose(setup):
     assert wrong_purpose.exit_code == 2 and "vault key, not a pseudonym key" in wrong_purpose.output
     secret = json.loads(setup["vault_key"].read_text())["secret"]
     assert secret not in wrong_purpose.output
+
+
+def _tables(url: str) -> list[str]:
+    from sqlalchemy import create_engine, inspect
+
+    engine = create_engine(url)
+    try:
+        return sorted(inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
+
+
+def test_verify_is_read_only_and_fails_on_a_missing_or_empty_trail(setup):
+    """Issue #17 item 14: no "ok: 0 records" for a missing store, missing tables or an empty trail, and
+    verify writes nothing (no schema, no genesis head, the SQLite file byte-identical)."""
+    sqlite_file = setup["tmp"] / "audit.sqlite" if setup["store"].startswith("sqlite") else None
+
+    missing = cli("audit", "verify", env=setup["env"])
+    assert missing.exit_code == 2, missing.output
+    assert ("does not exist" if sqlite_file else "deid_audit_record, deid_audit_head missing") in missing.output
+    assert "--allow-empty" in missing.output
+    assert (not sqlite_file.exists()) if sqlite_file else _tables(setup["store"]) == []  # nothing was created
+    assert cli("audit", "verify", "--allow-empty", env=setup["env"]).exit_code == 0
+
+    trail(setup).close()  # a writer made the tables and the genesis head: an empty trail
+    empty = cli("audit", "verify", env=setup["env"])
+    assert empty.exit_code == 1 and "holds no records" in empty.output
+    assert cli("audit", "verify", "--allow-empty", env=setup["env"]).exit_code == 0
+
+    deidentify(setup)
+    before = dump(setup["store"]), sqlite_file.read_bytes() if sqlite_file else b""
+    ok = cli("audit", "verify", env=setup["env"])
+    assert ok.exit_code == 0 and ok.stdout.startswith("ok: 1 records"), ok.output
+    assert (dump(setup["store"]), sqlite_file.read_bytes() if sqlite_file else b"") == before
+
+    t = trail(setup)
+    with t.engine.connect() as conn:
+        conn.exec_driver_sql("DROP TABLE deid_audit_record")
+        conn.commit()
+    t.close()
+    dropped = cli("audit", "verify", env=setup["env"])
+    assert dropped.exit_code == 2 and "deid_audit_record missing" in dropped.output, dropped.output
+    assert "deid_audit_record" not in _tables(setup["store"])
+
+
+def test_verify_of_a_mistyped_path_is_a_clear_error(setup):
+    typo = setup["tmp"] / "no-such-dir" / "audt.sqlite"
+    result = cli("audit", "verify", "--audit", str(typo), env=setup["env"])
+    assert result.exit_code == 2 and f"no audit trail at {typo}: the file does not exist" in result.output
+    assert not typo.parent.exists()

@@ -2,22 +2,41 @@
 sign-in, roles, sites, CSRF, and the training export."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 import stat
+import threading
 import uuid
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 
 from adapter.review.app import create_review_app
-from adapter.review.auth import UserStore, UsersFileError, check_password, hash_password
+from adapter.review.auth import UsersFileError, UserStore, check_password, hash_password
 from adapter.review.export import export_examples
-from adapter.review.flow import DecisionError, decide, release, route
-from adapter.review.queue import QueueError, ReviewQueue, Thresholds, iter_sealed
+from adapter.review.flow import DecidedStack, DecisionError, decide, release, route
+from adapter.review.queue import (
+    QueueError,
+    ReviewQueue,
+    TextUnderReview,
+    Thresholds,
+    iter_sealed,
+)
+from adapter.review.sessions import LoginThrottle, Sessions
 from fhir_transforms import keys
 from fhir_transforms.errors import RecordRefused
-from tests.review_support import NOTE, PASSWORDS, make_setup, observation, released_text, secrets_of
+from tests.review_support import (
+    NOTE,
+    PASSWORDS,
+    LiveServer,
+    make_setup,
+    observation,
+    released_text,
+    secrets_of,
+)
+from text_deid.spans import DetectorError
 
 
 @pytest.fixture
@@ -104,10 +123,15 @@ def test_queue_on_postgresql(tmp_path, test_key):
     site = f"pg-{uuid.uuid4().hex[:8]}"
     item = setup.hold(site=site)
     held = setup.queue.open(item, site)
-    decisions = decide(held, [])
+    decisions = decide(held, [], setup.thresholds)
     assert "[DATE]" in release(setup.engine, held, decisions).resource["note"][0]["text"]
     assert setup.queue.close_item(item, site, "released", "rita", [d.to_json() for d in decisions])
     assert not setup.queue.close_item(item, site, "released", "rita", [])  # never twice
+    sessions = Sessions(setup.queue.engine)  # sessions live beside the queue, on PostgreSQL too
+    cookie, csrf = sessions.start("rita")
+    assert sessions.read(cookie) == ("rita", csrf)
+    sessions.end(cookie)
+    assert sessions.read(cookie) is None
 
 
 # --- decisions
@@ -115,24 +139,46 @@ def test_queue_on_postgresql(tmp_path, test_key):
 
 def test_undecided_spans_are_confirmed_and_bad_decisions_refused(setup):
     held = setup.queue.open(setup.hold(), "north")
-    assert [d.action for d in decide(held, [])] == ["confirm", "confirm"]
+    assert [d.action for d in decide(held, [], setup.thresholds)] == ["confirm", "confirm"]
     with pytest.raises(DecisionError):
-        decide(held, [{"text": 1, "start": 5, "end": 999, "category": "NAME", "action": "add"}])
+        decide(held, [{"text": 1, "start": 5, "end": 999, "category": "NAME", "action": "add"}], setup.thresholds)
     with pytest.raises(DecisionError):
-        decide(held, [{"text": 1, "origin": 0, "category": "NOT_A_CATEGORY", "action": "change"}])
-    changed = decide(held, [{"text": 1, "origin": 1, "category": "FAX_NUMBER", "action": "change"}])
+        decide(held, [{"text": 1, "origin": 0, "category": "NOT_A_CATEGORY", "action": "change"}], setup.thresholds)
+    changed = decide(held, [{"text": 1, "origin": 1, "category": "FAX_NUMBER", "action": "change"}], setup.thresholds)
     assert "[FAX_NUMBER]" in release(setup.engine, held, changed).resource["note"][0]["text"]
 
 
 def test_the_leak_guard_refuses_a_release_that_rejects_a_known_identifier(setup):
     held = setup.queue.open(setup.hold(observation(NOTE.replace("Quentin Marsh", "Quentin Marshfield") + " Marshfield",
                                                    family="Marshfield")), "north")
-    spans = held.texts[-1].spans
-    known = [i for i, s in enumerate(spans) if s.detector == "known"]
+    last = len(held.texts) - 1
+    known = [(s.start, s.end) for s in held.texts[last].spans if s.detector == "known"]
     assert known
+    # decide() refuses to reject a confident span; the leak guard still stands behind it
+    rejected = [dataclasses.replace(d, action="reject") if d.text == last and (d.start, d.end) in known else d
+                for d in decide(held, [], setup.thresholds)]
     with pytest.raises(RecordRefused, match="leak guard"):
-        release(setup.engine, held, decide(held, [{"text": len(held.texts) - 1, "origin": i, "action": "reject"}
-                                                  for i in known]))
+        release(setup.engine, held, rejected)
+
+
+def test_a_confident_span_cannot_be_rejected(setup):
+    """Issue #17 item 6: only spans routed for review (below their threshold) may be rejected; a confident SSN
+    (0.90, threshold 0) is refused with 400 and never released in the clear."""
+    item = setup.hold(observation("SSN 123-45-6789; call 617-555-0142 on 03/14/2025."))
+    held = setup.queue.open(item, "north")
+    ssn = next(i for i, s in enumerate(held.texts[1].spans) if s.category == "SOCIAL_SECURITY_NUMBER")
+    phone = next(i for i, s in enumerate(held.texts[1].spans) if s.category == "PHONE_NUMBER")
+    client, csrf = signed_in(setup, "rita")
+    r = client.post(f"/records/{item}/release", json={"decisions": [{"text": 1, "origin": ssn, "action": "reject"}]},
+                    headers={"x-csrf-token": csrf})
+    assert r.status_code == 400 and "not routed for review" in r.json()["error"]
+    assert "123-45-6789" not in r.text
+    assert not (setup.out_dir / f"{item}.json").exists() and setup.queue.row(item).status == "held"
+    # the routed phone (0.85 < 0.95) may be rejected; the SSN is masked whatever the page sends
+    r = client.post(f"/records/{item}/release", json={"decisions": [{"text": 1, "origin": phone, "action": "reject"}]},
+                    headers={"x-csrf-token": csrf})
+    assert r.status_code == 200, r.text
+    assert released_text(setup, item) == "SSN [SOCIAL_SECURITY_NUMBER]; call 617-555-0142 on [DATE]."
 
 
 # --- sign-in, roles, sites, CSRF
@@ -170,6 +216,86 @@ def test_sign_in_needs_the_form_csrf_token_and_the_right_password(setup):
     page = client.get("/login").text
     csrf = page.split('name="csrf" value="')[1].split('"')[0]
     assert client.post("/login", data={"name": "rita", "password": "nope", "csrf": csrf}).status_code == 401
+
+
+def test_sign_out_ends_the_session_on_the_server(setup):
+    """Issue #17 item 13: a signed-out cookie opens nothing (it did for up to 8 h); the store keeps only a digest."""
+    item = setup.hold()
+    client, csrf = signed_in(setup, "rita")
+    cookie = client.cookies.get("deid_review_session")
+    assert client.get(f"/records/{item}").status_code == 200
+    assert client.post("/logout", data={"csrf": csrf}, follow_redirects=False).status_code == 303
+    replay = TestClient(client.app)
+    replay.cookies.set("deid_review_session", cookie)
+    assert replay.get(f"/records/{item}").status_code == 401
+    assert replay.get("/", headers={"accept": "text/html"}, follow_redirects=False).headers["location"] == "/login"
+    live = signed_in(setup, "rita")[0].cookies.get("deid_review_session")
+    rows = sqlite3.connect(setup.root / "review.sqlite").execute("select * from deid_review_session").fetchall()
+    assert len(rows) == 1 and live not in str(rows)  # only the live session, by its digest
+    now = [0.0]
+    sessions = Sessions(setup.queue.engine, max_age_s=60, clock=lambda: now[0])
+    cookie, _ = sessions.start("rita")
+    now[0] = 61.0
+    assert sessions.read(cookie) is None  # expired
+
+
+def _attempt(client: TestClient, name: str, password: str):
+    page = client.get("/login").text
+    csrf = page.split('name="csrf" value="')[1].split('"')[0]
+    return client.post("/login", data={"name": name, "password": password, "csrf": csrf}, follow_redirects=False)
+
+
+def test_sign_in_is_throttled_per_name_and_per_address(setup):
+    """Issue #17 item 13: failed sign-ins lock the name, then the client address, for a while (injected clock)."""
+    now = [1000.0]
+    config = setup.config()
+    config.throttle = LoginThrottle(max_per_user=3, max_per_address=5, window_s=60, lockout_s=300,
+                                    clock=lambda: now[0])
+    client = TestClient(create_review_app(config))
+    assert [_attempt(client, "rita", "wrong").status_code for _ in range(3)] == [401, 401, 401]
+    locked = _attempt(client, "rita", PASSWORDS["rita"])  # the right password, but locked
+    assert locked.status_code == 429 and "Too many failed sign-ins" in locked.text
+    assert 0 < int(locked.headers["retry-after"]) <= 301
+    now[0] += 301
+    assert _attempt(client, "rita", PASSWORDS["rita"]).status_code == 303
+    # a successful sign-in clears the name's count
+    now[0] += 61
+    assert [_attempt(client, "adam", "wrong").status_code for _ in range(2)] == [401, 401]
+    assert _attempt(client, "adam", PASSWORDS["adam"]).status_code == 303
+    now[0] += 61
+    assert [_attempt(client, "adam", "wrong").status_code for _ in range(2)] == [401, 401]
+    assert _attempt(client, "adam", PASSWORDS["adam"]).status_code == 303
+    # many names from one address lock the address
+    now[0] += 61
+    assert [_attempt(client, f"guess{i}", "wrong").status_code for i in range(5)] == [401] * 5
+    assert _attempt(client, "otto", PASSWORDS["otto"]).status_code == 429
+
+
+def test_password_hashing_leaves_the_event_loop_free(setup):
+    """Issue #17 item 13: while a sign-in hashes (held here until the other request is answered), the server still
+    answers another request; with scrypt on the event loop the other request waited for the hash."""
+    hashing, answered, order = threading.Event(), threading.Event(), []
+
+    class SlowUsers(UserStore):
+        def authenticate(self, name, password):
+            hashing.set()
+            answered.wait(10)
+            order.append("hashed")
+            return super().authenticate(name, password)
+
+    config = setup.config()
+    config.users = SlowUsers.load(setup.users_file)
+    with LiveServer(create_review_app(config)) as srv, httpx.Client(base_url=srv.url) as client:
+        csrf = client.get("/login").text.split('name="csrf" value="')[1].split('"')[0]
+        login = threading.Thread(target=lambda: order.append(client.post(
+            "/login", data={"name": "rita", "password": PASSWORDS["rita"], "csrf": csrf}).status_code))
+        login.start()
+        assert hashing.wait(10)
+        assert httpx.get(srv.url + "/healthz", timeout=30).status_code == 200
+        order.append("healthz")
+        answered.set()
+        login.join(30)
+    assert order == ["healthz", "hashed", 303]  # then the sign-in went through
 
 
 def test_release_needs_the_csrf_token(setup):
@@ -235,3 +361,33 @@ def test_export_keeps_text_sealed_without_the_review_key(setup, tmp_path):
     assert example["spans"] == [{"start": 8, "end": 18, "category": "DATE"},
                                 {"start": start, "end": start + 13, "category": "NAME"}]
     assert stat.S_IMODE(plain_out.stat().st_mode) == 0o600
+
+
+def test_a_held_record_whose_keys_are_not_sorted_is_released(setup):
+    """Issue #17 item 13: the queue stores the record with sorted keys; the release matches texts by path, so a
+    Condition whose `text` precedes `code` is released (it was refused: the texts came in another order)."""
+    condition = {"resourceType": "Condition",
+                 "text": {"status": "generated",
+                          "div": '<div xmlns="http://www.w3.org/1999/xhtml">Seen on 03/14/2025 by Dr. Alvarez.</div>'},
+                 "code": {"text": "Asthma; call 617-555-0142"},
+                 "subject": {"reference": "Patient/p1"}}
+    item = setup.hold(condition)
+    client, csrf = signed_in(setup, "rita")
+    page = client.get(f"/records/{item}").text
+    assert "text.div" in page and "code.text" in page  # each text is shown with its path
+    r = client.post(f"/records/{item}/release", json={"decisions": []}, headers={"x-csrf-token": csrf})
+    assert r.status_code == 200, r.text
+    released = json.loads((setup.out_dir / f"{item}.json").read_text())
+    assert released["code"]["text"] == "Asthma; call [PHONE_NUMBER]"
+    assert "[DATE]" in released["text"]["div"] and "03/14/2025" not in released["text"]["div"]
+
+
+def test_a_record_held_before_texts_had_paths_is_matched_in_order(setup):
+    """Rows held by an earlier release name a path only for texts with findings: those compare in order."""
+    held = setup.queue.open(setup.hold(), "north")
+    old = [TextUnderReview(t.path if t.spans else "", t.text, t.spans) for t in held.texts]
+    held = dataclasses.replace(held, texts=old)
+    assert "[DATE]" in release(setup.engine, held, decide(held, [], setup.thresholds)).resource["note"][0]["text"]
+    stack = DecidedStack(setup.engine.stack, old, [[] for _ in old], None)
+    with pytest.raises(DetectorError, match="differ"):
+        stack.detect_many([t.text for t in reversed(old)], ())

@@ -22,7 +22,9 @@ from json.encoder import encode_basestring  # how json.dumps(ensure_ascii=False)
 from pathlib import Path
 from typing import Any, Iterable, Iterator, NamedTuple, Optional, Sequence
 
-from sqlalchemy import Column, Integer, MetaData, String, Table, Text, create_engine, event, insert, select, text
+from urllib.parse import quote
+
+from sqlalchemy import Column, Integer, MetaData, String, Table, Text, create_engine, event, insert, inspect, select, text
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -73,6 +75,10 @@ head = Table(
 
 class AuditError(RuntimeError):
     """The audit trail cannot be written or read: the caller must not answer as if the work were accounted for."""
+
+
+class TrailMissing(AuditError):
+    """Opened for reading, there is no audit trail: no database file, or no audit tables in the database."""
 
 
 @dataclass(frozen=True)
@@ -258,6 +264,14 @@ def database_url(target: str | os.PathLike | None) -> str:
     return f"sqlite:///{path}"
 
 
+def existing_url(target: str | os.PathLike | None) -> str:
+    """`database_url` for a store that must already exist: no folder is made for a SQLite path."""
+    target = str(target or os.environ.get(AUDIT_ENV) or state_dir() / "audit.sqlite")
+    if "://" in target:
+        return database_url(target)
+    return f"sqlite:///{Path(target).expanduser()}"
+
+
 def create_tables(conn: Connection, tables: MetaData) -> None:
     """Create a store's tables; on PostgreSQL under an advisory lock, so processes starting together do not race."""
     if conn.engine.dialect.name == "postgresql":
@@ -265,15 +279,21 @@ def create_tables(conn: Connection, tables: MetaData) -> None:
     tables.create_all(conn)
 
 
-def make_engine(url: str) -> Engine:
-    """An engine whose write transactions serialize: SQLite in WAL mode with synchronous=FULL and BEGIN IMMEDIATE."""
+def make_engine(url: str, read_only: bool = False) -> Engine:
+    """An engine whose write transactions serialize: SQLite in WAL mode with synchronous=FULL and BEGIN IMMEDIATE.
+
+    `read_only`: an existing SQLite file opened read-only (TrailMissing when there is none); nothing is set on it."""
     if not url.startswith("sqlite"):
         return create_engine(url, pool_pre_ping=True)
+    if read_only:
+        url = _read_only_sqlite(url)
     engine = create_engine(url, connect_args={"timeout": 120, "check_same_thread": False})
 
     @event.listens_for(engine, "connect")
     def _connect(dbapi_connection, _record):
         dbapi_connection.isolation_level = None  # transactions are begun below, by us
+        if read_only:
+            return
         cur = dbapi_connection.cursor()
         cur.execute("PRAGMA journal_mode=WAL")
         cur.execute("PRAGMA synchronous=FULL")  # a commit is on disk before it returns
@@ -285,6 +305,16 @@ def make_engine(url: str) -> Engine:
         conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get("audit_read") else "BEGIN IMMEDIATE")
 
     return engine
+
+
+def _read_only_sqlite(url: str) -> str:
+    """The SQLite URL of an existing database file, opened read-only (mode=ro: no journal, no checkpoint, no schema)."""
+    path = url.split(":///", 1)[1] if ":///" in url else ""
+    if not path or path == ":memory:" or path.startswith("file:"):
+        raise AuditError(f"audit store {url}: not a SQLite database file")
+    if not Path(path).is_file():
+        raise TrailMissing(f"no audit trail at {path}: the file does not exist (a mistyped path?)")
+    return f"sqlite:///file:{quote(path)}?mode=ro&uri=true"
 
 
 def _record_hash(row) -> str:
@@ -344,28 +374,35 @@ def _append_sql(dialect) -> _AppendSql:
 class AuditTrail:
     """One audit store and the audit key ring: append entries, verify the chain, export the accounting."""
 
-    def __init__(self, url: str, ring: Sequence[keys.Key], engine: Optional[Engine] = None):
+    def __init__(self, url: str, ring: Sequence[keys.Key], engine: Optional[Engine] = None, *, read_only: bool = False):
+        """`read_only`: verify and export only; the store must exist (TrailMissing names what is not there) and
+        nothing is created or written, not even the genesis head."""
         if not ring:
             raise AuditError("no audit key")
         self.url = url
         self.key = ring[0]  # the current key signs; the retired ones still verify
         self.ring = {k.key_id: k for k in ring}
-        self.engine = engine or make_engine(url)
+        self.read_only = read_only
+        self.engine = engine or make_engine(url, read_only)
         self.is_postgres = self.engine.dialect.name == "postgresql"
         self._sql = _append_sql(self.engine.dialect)
         try:
-            self._ensure_schema()
+            if read_only:
+                self._check_tables()
+            else:
+                self._ensure_schema()
         except SQLAlchemyError as e:
             raise AuditError(f"audit store {self.display_url}: {type(e).__name__}: {_short(e)}") from None
 
     @classmethod
-    def open(cls, target: str | os.PathLike | None = None, key_file: str | os.PathLike | None = None) -> AuditTrail:
+    def open(cls, target: str | os.PathLike | None = None, key_file: str | os.PathLike | None = None, *,
+             read_only: bool = False) -> AuditTrail:
         """The trail at `target` (URL or SQLite path; default DEID_ADAPTER_AUDIT, else ~/.local/state/deid-adapter/audit.sqlite)
         signed with the audit key at `key_file` (default DEID_ADAPTER_AUDIT_KEY_FILE, else audit.key beside the default
-        database, created on first use with mode 0600)."""
+        database, created on first use with mode 0600; never by a `read_only` open)."""
         key_path = Path(key_file or os.environ.get(AUDIT_KEY_ENV) or state_dir() / "audit.key")
         try:
-            if not key_file and not os.environ.get(AUDIT_KEY_ENV) and not key_path.exists():
+            if not read_only and not key_file and not os.environ.get(AUDIT_KEY_ENV) and not key_path.exists():
                 key_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
                 try:
                     keys.init_key_file(key_path, "audit")
@@ -376,11 +413,19 @@ class AuditTrail:
             raise AuditError(f"audit key: {e}") from None
         except OSError as e:
             raise AuditError(f"audit key {key_path}: {e.strerror}") from None
-        return cls(database_url(target), ring)
+        return cls(existing_url(target) if read_only else database_url(target), ring, read_only=read_only)
 
     @property
     def display_url(self) -> str:
         return self.engine.url.render_as_string(hide_password=True)
+
+    def _check_tables(self) -> None:
+        with self.engine.connect() as conn:
+            found = inspect(conn)
+            missing = [t.name for t in (records, head) if not found.has_table(t.name)]
+        if missing:
+            raise TrailMissing(f"no audit trail in {self.display_url}: table(s) {', '.join(missing)} missing "
+                               "(a mistyped path or URL, or dropped tables)")
 
     def _ensure_schema(self) -> None:
         with self.engine.begin() as conn:
@@ -476,6 +521,7 @@ class AuditTrail:
         options = {"audit_read": True}
         if self.is_postgres:
             options["isolation_level"] = "REPEATABLE READ"
+            options["postgresql_readonly"] = self.read_only
         return self.engine.connect().execution_options(**options)
 
     def verify(self) -> VerifyReport:

@@ -44,17 +44,32 @@ def _trail_for_reading(target: Optional[str], key_file: Optional[Path]) -> Audit
 
 @audit_app.command("verify")
 def verify(target: Optional[str] = AuditOpt, key_file: Optional[Path] = AuditKeyOpt,
-           as_json: bool = typer.Option(False, "--json", help="Print the report as JSON.")) -> None:
+           as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+           allow_empty: bool = typer.Option(False, "--allow-empty", help="A missing or empty trail is expected "
+                                                                         "(a new install): exit 0 for it.")) -> None:
     """Walk the chain; report the first broken record (changed, deleted, inserted, reordered, wrong signature, truncated).
 
-    Exit 0 when the chain holds, 1 when it does not, 2 when the store or key cannot be read."""
-    trail = _trail_for_reading(target, key_file)
+    Read-only: the store is opened as it is and nothing is created or written. Exit 0 when the chain holds, 1 when
+    it does not or when it holds no record, 2 when the store or key cannot be read or there is no trail
+    (no database file, no audit tables); --allow-empty accepts a missing or empty trail."""
+    if str(target).lower() == audit.OFF:
+        fail("--audit off: there is no trail to read")
     start = time.perf_counter()
     try:
-        report = trail.verify()
+        report = AuditTrail.open(target, key_file, read_only=True).verify()
+    except audit.TrailMissing as e:
+        if not allow_empty:
+            fail(f"{e}; --allow-empty if no trail is expected")
+        _say_empty(str(e), as_json)
+        return
     except AuditError as e:
         fail(str(e))
     elapsed = time.perf_counter() - start
+    if report.ok and report.records == 0:
+        if not allow_empty:
+            fail("the audit trail holds no records; --allow-empty if none are expected", EXIT_BROKEN)
+        _say_empty("the audit trail holds no records", as_json)
+        return
     if as_json:
         typer.echo(json.dumps({**report.to_json(), "seconds": round(elapsed, 3)}))
     elif report.ok:
@@ -64,6 +79,13 @@ def verify(target: Optional[str] = AuditOpt, key_file: Optional[Path] = AuditKey
         typer.echo(f"BROKEN at record {report.broken.seq} ({report.broken.kind}): {report.broken.message}")
     if not report.ok:
         raise typer.Exit(EXIT_BROKEN)
+
+
+def _say_empty(what: str, as_json: bool) -> None:
+    if as_json:
+        typer.echo(json.dumps({"ok": True, "records": 0, "empty": what}))
+    else:
+        typer.echo(f"ok (--allow-empty): {what}")
 
 
 CSV_COLUMNS = ("seq", "time", "actor", "channel", "operation", "data_format", "profile", "rules_version", "stack",

@@ -13,15 +13,30 @@ from pathlib import Path
 from typing import Optional
 
 from fastapi import FastAPI, Request
-from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.responses import (
+    FileResponse,
+    HTMLResponse,
+    JSONResponse,
+    RedirectResponse,
+    Response,
+)
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.concurrency import run_in_threadpool
 
-from adapter.audit import trail as audit
 from adapter import files as fhir_files
-from adapter.review.auth import Reviewer, Sessions, UserStore, csrf_ok
+from adapter.audit import trail as audit
+from adapter.review.auth import Reviewer, UserStore, csrf_ok
 from adapter.review.flow import DecisionError, decide, release
-from adapter.review.queue import DISCARDED, HELD, RELEASED, HeldRecord, QueueError, ReviewQueue, Thresholds
+from adapter.review.queue import (
+    DISCARDED,
+    HELD,
+    RELEASED,
+    HeldRecord,
+    QueueError,
+    ReviewQueue,
+    Thresholds,
+)
+from adapter.review.sessions import LoginThrottle, Sessions
 from fhir_transforms.errors import DetectorFailed, InputError, RecordRefused
 from fhir_transforms.r4.record import Deidentifier
 from text_deid.spans import CATEGORIES
@@ -45,7 +60,8 @@ class ReviewConfig:
     thresholds: Thresholds
     out_dir: Path
     audit: Optional[audit.AuditTrail] = None  # None records nothing (--audit off)
-    sessions: Sessions = field(default_factory=Sessions)
+    sessions: Optional[Sessions] = None  # None: sessions in the queue's store
+    throttle: LoginThrottle = field(default_factory=LoginThrottle)
     secure_cookies: bool = False  # set when served over TLS
 
 
@@ -71,28 +87,34 @@ def create_review_app(config: ReviewConfig) -> FastAPI:
     app = FastAPI(title="deid-adapter review", docs_url=None, redoc_url=None, openapi_url=None)
     templates = Environment(loader=FileSystemLoader(WEB), autoescape=select_autoescape(["html"]))
     releasing = threading.Lock()  # one release at a time per process: an item is never released twice
+    sessions = config.sessions or Sessions(config.queue.engine)
 
     def page(name: str, status: int = 200, **context) -> HTMLResponse:
         html = templates.get_template(name).render(**context)
         return HTMLResponse(html, status_code=status, headers=HEADERS)
 
-    def session(request: Request) -> Optional[dict]:
-        return config.sessions.read(request.cookies.get(Sessions.COOKIE))
-
     def signed_in(request: Request) -> tuple[Reviewer, str]:
-        data = session(request)
-        user = config.users.get(data["u"]) if data and data["u"] else None
+        """The reviewer of a live session and its CSRF token (reads the store: call it off the event loop)."""
+        found = sessions.read(request.cookies.get(Sessions.COOKIE))
+        user = config.users.get(found[0]) if found else None
         if user is None:
             raise Denied(401, "sign in first")
-        return user, data["csrf"]
+        return user, found[1]
 
     def check_csrf(request: Request, csrf: str, given: Optional[str]) -> None:
         if not csrf_ok(csrf, given or request.headers.get("x-csrf-token")):
             raise Denied(403, "missing or wrong CSRF token")
 
-    def set_cookie(response: Response, value: str) -> None:
-        response.set_cookie(Sessions.COOKIE, value, httponly=True, samesite="strict", secure=config.secure_cookies,
-                            max_age=config.sessions.max_age_s, path="/")
+    def set_cookie(response: Response, name: str, value: str) -> None:
+        response.set_cookie(name, value, httponly=True, samesite="strict", secure=config.secure_cookies,
+                            max_age=sessions.max_age_s, path="/")
+
+    def login_page(status: int, error: str, headers: Optional[dict] = None) -> HTMLResponse:
+        cookie, csrf = sessions.login_form()
+        response = page("login.html", status, csrf=csrf, error=error, user=None)
+        response.headers.update(headers or {})
+        set_cookie(response, Sessions.LOGIN_COOKIE, cookie)
+        return response
 
     @app.exception_handler(Denied)
     async def denied(request: Request, e: Denied):
@@ -119,31 +141,34 @@ def create_review_app(config: ReviewConfig) -> FastAPI:
 
     @app.get("/login")
     async def login_form(request: Request):
-        cookie, csrf = config.sessions.issue()
-        response = page("login.html", csrf=csrf, error="", user=None)
-        set_cookie(response, cookie)
-        return response
+        return login_page(200, "")
 
     @app.post("/login")
     async def login(request: Request):
         form = await request.form()
-        data = session(request)
-        check_csrf(request, data["csrf"] if data else "", form.get("csrf"))
-        user = config.users.authenticate(str(form.get("name", "")), str(form.get("password", "")))
+        check_csrf(request, sessions.login_form_csrf(request.cookies.get(Sessions.LOGIN_COOKIE)), form.get("csrf"))
+        name, address = str(form.get("name", "")), request.client.host if request.client else ""
+        wait = config.throttle.locked_for(name, address)
+        if wait:
+            return login_page(429, f"Too many failed sign-ins: try again in {int(wait // 60) + 1} minute(s).",
+                              {"Retry-After": str(int(wait) + 1)})
+        # scrypt takes tens of milliseconds of CPU: off the event loop, so other requests are served meanwhile
+        user = await run_in_threadpool(config.users.authenticate, name, str(form.get("password", "")))
         if user is None:
-            cookie, csrf = config.sessions.issue()
-            response = page("login.html", 401, csrf=csrf, error="Wrong name or password.", user=None)
-            set_cookie(response, cookie)
-            return response
-        cookie, _ = config.sessions.issue(user.name)
+            config.throttle.failed(name, address)
+            return login_page(401, "Wrong name or password.")
+        config.throttle.succeeded(name)
+        cookie, _ = await run_in_threadpool(sessions.start, user.name)
         response = RedirectResponse("/", status_code=303, headers=HEADERS)
-        set_cookie(response, cookie)
+        set_cookie(response, Sessions.COOKIE, cookie)
+        response.delete_cookie(Sessions.LOGIN_COOKIE, path="/")
         return response
 
     @app.post("/logout")
     async def logout(request: Request):
-        _, csrf = signed_in(request)
+        _, csrf = await run_in_threadpool(signed_in, request)
         check_csrf(request, csrf, (await request.form()).get("csrf"))
+        await run_in_threadpool(sessions.end, request.cookies.get(Sessions.COOKIE))
         response = RedirectResponse("/login", status_code=303, headers=HEADERS)
         response.delete_cookie(Sessions.COOKIE, path="/")
         return response
@@ -167,7 +192,7 @@ def create_review_app(config: ReviewConfig) -> FastAPI:
 
     @app.post("/records/{item_id}/release")
     async def release_record(request: Request, item_id: str):
-        user, csrf = signed_in(request)
+        user, csrf = await run_in_threadpool(signed_in, request)
         check_csrf(request, csrf, None)
         try:
             body = await request.json()
@@ -186,7 +211,7 @@ def create_review_app(config: ReviewConfig) -> FastAPI:
             if held.status != HELD:
                 raise Denied(409, f"this record was {held.status} already")
             try:
-                decisions = decide(held, submitted)
+                decisions = decide(held, submitted, config.thresholds)
                 result = release(config.engine, held, decisions)
             except DecisionError as e:
                 raise Denied(400, str(e)) from None
@@ -212,7 +237,7 @@ def create_review_app(config: ReviewConfig) -> FastAPI:
 
     @app.post("/admin/records/{item_id}/discard")
     async def discard(request: Request, item_id: str):
-        user, csrf = signed_in(request)
+        user, csrf = await run_in_threadpool(signed_in, request)
         if not user.is_admin:
             raise Denied(403, "administrators only")
         form = await request.form()

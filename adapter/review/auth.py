@@ -1,5 +1,5 @@
-"""Reviewers of the review page: a users file with scrypt password hashes, roles and sites; signed session
-cookies; CSRF tokens bound to the session.
+"""Reviewers of the review page: a users file with scrypt password hashes, roles and sites; CSRF tokens
+(sessions live in adapter/review/sessions.py).
 
 The users file (mode 0600) holds `{"users": [{"name", "role", "site", "password": "scrypt$n$r$p$salt$hash"}]}`.
 Roles: `reviewer` (reviews its site's held records) and `admin` (also sees its site's queue state and may discard).
@@ -17,12 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from itsdangerous import BadSignature, URLSafeTimedSerializer
-
 ROLES = ("reviewer", "admin")
 USERS_ENV = "DEID_ADAPTER_REVIEW_USERS"
 SCRYPT_N, SCRYPT_R, SCRYPT_P = 2 ** 14, 8, 1
-SESSION_MAX_AGE_S = 8 * 3600
 
 
 class UsersFileError(ValueError):
@@ -107,33 +104,6 @@ def add_user(path: Path, name: str, role: str, site: str, password: str) -> None
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         json.dump(doc, f, indent=2)
     os.chmod(path, 0o600)
-
-
-class Sessions:
-    """Signed session cookies holding the user name and the session's CSRF token; the secret lives only in memory,
-    so a restart signs everyone out."""
-
-    COOKIE = "deid_review_session"
-
-    def __init__(self, secret: Optional[bytes] = None, max_age_s: int = SESSION_MAX_AGE_S):
-        self._signer = URLSafeTimedSerializer(secret or secrets.token_bytes(32), salt="deid-adapter review session")
-        self.max_age_s = max_age_s
-
-    def issue(self, user: str = "") -> tuple[str, str]:
-        """A new cookie value and its CSRF token; `user` "" is the signed-out session that guards the sign-in form.
-        A sign-in always starts a new session (no fixation)."""
-        csrf = secrets.token_urlsafe(32)
-        return self._signer.dumps({"u": user, "csrf": csrf}), csrf
-
-    def read(self, cookie: Optional[str]) -> Optional[dict]:
-        """The session's {"u": user or "", "csrf": token}, or None for a missing, forged or expired cookie."""
-        if not cookie:
-            return None
-        try:
-            data = self._signer.loads(cookie, max_age=self.max_age_s)
-        except BadSignature:
-            return None
-        return data if isinstance(data, dict) and isinstance(data.get("u"), str) and data.get("csrf") else None
 
 
 def csrf_ok(expected: str, given: Optional[str]) -> bool:

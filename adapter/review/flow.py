@@ -6,12 +6,14 @@ release runs it with a stack that answers the reviewer's spans for exactly the t
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Optional, Sequence
 
 from adapter.review.queue import HeldRecord, ReviewQueue, TextUnderReview, Thresholds
 from fhir_transforms.r4.record import Deidentifier, RecordResult
+from fhir_transforms.r4.walker import RecordContext, walk_resource
 from text_deid import merge
 from text_deid.spans import CATEGORIES, DetectorError, KnownIdentifier, Span
 
@@ -53,16 +55,49 @@ class RecordingStack(_WrappedStack):
 
 @dataclass
 class DecidedStack(_WrappedStack):
-    """A text stack that answers the reviewer's spans, and refuses if the texts are not the ones that were held."""
+    """A text stack that answers the reviewer's spans, matching each text the engine asks about to the held text at
+    the same path (the queue stores the record with sorted keys, so the order may differ), and refuses if the
+    texts are not the ones that were held."""
 
     inner: object
-    texts: list[str]
+    held: list[TextUnderReview]
     spans: list[list[Span]]
+    paths: Optional[list[str]]  # of the texts the engine will ask about, in its order; None: compare in order
 
     def detect_many(self, texts, known, timings=None):
-        if list(texts) != self.texts:
+        if self.paths is None:  # a record held before every text had its path
+            if list(texts) != [t.text for t in self.held]:
+                raise DetectorError("review: the record's texts differ from the ones that were reviewed")
+            return [list(s) for s in self.spans]
+        by_path = dict(zip(_occurrences([t.path for t in self.held]), zip(self.held, self.spans)))
+        asked = _occurrences(self.paths)
+        if len(texts) != len(asked) or sorted(asked) != sorted(by_path):
             raise DetectorError("review: the record's texts differ from the ones that were reviewed")
-        return [list(s) for s in self.spans]
+        out = []
+        for text, where in zip(texts, asked):
+            under, spans = by_path[where]
+            if text != under.text:
+                raise DetectorError(f"review: the text at {where[0]} differs from the one that was reviewed")
+            out.append(list(spans))
+        return out
+
+
+def _occurrences(paths: Sequence[str]) -> list[tuple[str, int]]:
+    """Each path with its occurrence number: one element (a narrative) may hand the stack several texts."""
+    seen: dict[str, int] = {}
+    out = []
+    for p in paths:
+        seen[p] = seen.get(p, -1) + 1
+        out.append((p, seen[p]))
+    return out
+
+
+def text_paths(engine: Deidentifier, resource: dict, root: str) -> list[str]:
+    """The path (below `root`) of each text the engine hands its stack for `resource`, in its order: the engine's
+    walk, without detection."""
+    ctx = RecordContext(engine.profile, engine.pseudo, engine.clock)
+    walk_resource(copy.deepcopy(resource), root, ctx)
+    return [_relative(p.path, root) for p in ctx.pending for _ in p.ref.texts]
 
 
 @dataclass
@@ -77,17 +112,10 @@ class Routed:
         return bool(self.held_id)
 
 
-def texts_under_review(result: RecordResult, texts: Sequence[str], spans: Sequence[Sequence[Span]],
-                       root: str) -> list[TextUnderReview]:
-    """Pair each text with its spans and, where it had findings, its JSON path (findings come in text order)."""
-    findings = iter(result.findings)
-    out = []
-    for text, found in zip(texts, spans):
-        path = ""
-        for _ in found:
-            path = next(findings).path
-        out.append(TextUnderReview(_relative(path, root), text, list(found)))
-    return out
+def texts_under_review(paths: Sequence[str], texts: Sequence[str],
+                       spans: Sequence[Sequence[Span]]) -> list[TextUnderReview]:
+    """Pair each text with its path and the spans the stack found in it."""
+    return [TextUnderReview(p, t, list(found)) for p, t, found in zip(paths, texts, spans, strict=True)]
 
 
 def _relative(path: str, root: str) -> str:
@@ -102,7 +130,7 @@ def route(engine: Deidentifier, resource: dict, where: str, thresholds: Threshol
     result = dataclasses.replace(engine, stack=recorder).deidentify(resource, where, linked)
     if not any(thresholds.is_suspect(s) for found in recorder.spans for s in found):
         return Routed(result)
-    texts = texts_under_review(result, recorder.texts, recorder.spans, where)
+    texts = texts_under_review(text_paths(engine, resource, where), recorder.texts, recorder.spans)
     held_id = queue.hold(site, resource, texts, result.resource, result.known, thresholds)
     return Routed(result, held_id)
 
@@ -125,9 +153,10 @@ class Decision:
                 "original_category": self.original_category}
 
 
-def decide(held: HeldRecord, submitted: Sequence[dict]) -> list[Decision]:
+def decide(held: HeldRecord, submitted: Sequence[dict], thresholds: Thresholds) -> list[Decision]:
     """Check the page's decisions against the held record. An original span without a decision is confirmed
-    (fail closed: nothing the stack found is released unless a reviewer rejected it)."""
+    (fail closed: nothing the stack found is released unless a reviewer rejected it), and only a span routed for
+    review (below its category's threshold) may be rejected: a confident one can only be confirmed or changed."""
     by_origin: dict[tuple[int, int], dict] = {}
     added: list[Decision] = []
     for d in submitted:
@@ -149,6 +178,10 @@ def decide(held: HeldRecord, submitted: Sequence[dict]) -> list[Decision]:
         origin = d.get("origin")
         if not isinstance(origin, int) or not 0 <= origin < len(held.texts[t].spans):
             raise DecisionError("decision names a span the record does not have")
+        span = held.texts[t].spans[origin]
+        if action == "reject" and not thresholds.is_suspect(span):
+            raise DecisionError(f"span {origin} of text {t} ({span.category}) was not routed for review: its "
+                                "confidence is at or above its category's threshold, so it cannot be rejected")
         by_origin[(t, origin)] = d
     decisions = []
     for t, under in enumerate(held.texts):
@@ -186,5 +219,6 @@ def decided_spans(held: HeldRecord, decisions: Sequence[Decision]) -> list[list[
 
 def release(engine: Deidentifier, held: HeldRecord, decisions: Sequence[Decision]) -> RecordResult:
     """De-identify the held record again with the decided spans; InputError/RecordRefused/DetectorFailed as usual."""
-    stack = DecidedStack(engine.stack, [t.text for t in held.texts], decided_spans(held, decisions))
+    paths = None if any(not t.path for t in held.texts) else text_paths(engine, held.resource, held.resource_type)
+    stack = DecidedStack(engine.stack, held.texts, decided_spans(held, decisions), paths)
     return dataclasses.replace(engine, stack=stack).deidentify(held.resource, held.resource_type, held.known)

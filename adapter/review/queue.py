@@ -21,7 +21,19 @@ from typing import Iterator, Optional, Sequence
 import yaml
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from sqlalchemy import Column, Float, Index, Integer, MetaData, String, Table, Text, insert, select, update
+from sqlalchemy import (
+    Column,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.exc import SQLAlchemyError
 
 from adapter.audit import trail as audit

@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
-from text_deid.spans import CATEGORIES
 from text_deid.detectors.ner import DEFAULT_MODEL
 from text_deid.ner_training import synth, train
+from text_deid.spans import CATEGORIES
 
 
 def load_examples(path: Path) -> list[dict]:

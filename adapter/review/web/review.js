@@ -49,6 +49,10 @@
     if (m.dataset.action === "add") {
       if (action === "reject") { const note = m.parentElement; m.remove(); rebuild(note, null); focused = null; counts(); return; }
       if (category) m.dataset.category = category;
+    } else if (action === "reject" && m.dataset.suspect !== "1") {
+      // the server refuses it too: a span at or above its threshold was not routed for review
+      document.getElementById("status").textContent = "Only spans below their category's threshold (dashed) can be rejected.";
+      return;
     } else if (action === "change") {
       m.dataset.category = category;
       m.dataset.action = category === m.dataset.original ? "confirm" : "change";
