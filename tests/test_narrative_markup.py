@@ -133,3 +133,17 @@ def test_the_conformance_check_reads_markup_as_rendered():
              "content": [{"attachment": {"contentType": "text/html",
                                          "data": base64.b64encode(b"Garc&iacute;az").decode()}}]}
     assert safe_harbor.leaks_in(before, after) == ["name", "name"]
+
+
+@pytest.mark.parametrize("markup", [
+    '<table summary="Patient 987-65-4329"><tr><td>x</td></tr></table>',
+    '<table><tr><td abbr="SSN 987-65-4329">x</td></tr></table>',
+    '<p class="ssn 987-65-4329">x</p>',
+    '<p id="ssn-987-65-4329">x</p>',
+])
+def test_attributes_go_through_the_text_stack_where_no_identifier_is_known(engine, markup):
+    """An Observation knows no SSN: only the text stack can find it in an attribute."""
+    obs = {"resourceType": "Observation", "status": "final", "code": {"text": "x"},
+           "text": {"status": "generated", "div": f"<div {XHTML}>{markup}</div>"}}
+    div = engine.deidentify(obs).resource["text"]["div"]
+    assert "987-65-4329" not in div and ">x<" in div
