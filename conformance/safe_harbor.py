@@ -3,8 +3,9 @@ none of its code), so they can judge any de-identifier: this project's CLI, its 
 
 Leak check:
 For every input file it collects the people's names, telecom, address lines, cities, full ZIPs, every
-identifier value, patient ids and every full date, then searches the output (JSON text, XHTML stripped
-of tags, base64 attachments decoded) for each, case-insensitively, as whole tokens.
+identifier value, patient ids and every full date, then searches the output (JSON text, XHTML and HTML
+with tags as spaces and as rendered, inline tags joined, character references decoded, base64 attachments
+decoded, RTF escapes too) for each, case-insensitively, as whole tokens.
 """
 from __future__ import annotations
 
@@ -76,13 +77,28 @@ def searchable_text(doc) -> str:
     parts = [json.dumps(doc, ensure_ascii=False)]
     for key, value in nodes(doc):
         if key == "div" and isinstance(value, str):
-            parts.append(html.unescape(re.sub(r"<[^>]+>", " ", value)))
+            parts += markup_readings(value)
         if key == "data" and isinstance(value, str):
             try:
-                parts.append(base64.b64decode(value, validate=True).decode("utf-8", "replace"))
+                decoded = base64.b64decode(value, validate=True).decode("utf-8", "replace")
             except ValueError:
-                pass
+                continue
+            parts += [decoded, *markup_readings(decoded), rtf_text(decoded)]
     return "\n".join(parts).lower()
+
+
+def markup_readings(text: str) -> list[str]:
+    """Markup read with each tag as a space, and as rendered (inline tags as nothing), references decoded."""
+    inline = r"</?(?:a|abbr|b|bdi|bdo|big|cite|code|em|font|i|kbd|mark|q|s|samp|small|span|strike|strong|sub|sup|tt|u|var)\b[^>]*>"
+    return [html.unescape(re.sub(r"<[^>]+>", " ", text)),
+            html.unescape(re.sub(r"<[^>]+>", " ", re.sub(inline, "", text, flags=re.I)))]
+
+
+def rtf_text(text: str) -> str:
+    """RTF read roughly: hex and unicode escapes decoded, control words and groups dropped."""
+    text = re.sub(r"\\'([0-9a-fA-F]{2})", lambda m: bytes([int(m.group(1), 16)]).decode("cp1252", "replace"), text)
+    text = re.sub(r"\\u(-?\d+) ?\??", lambda m: chr(int(m.group(1)) % 65536), text)
+    return re.sub(r"\\[a-z]+-?\d* ?|[{}]", "", text)
 
 
 def leaks(input_path: Path, output_path: Path) -> tuple[int, list[str]]:

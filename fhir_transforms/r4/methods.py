@@ -12,7 +12,10 @@ from fhir_transforms.r4 import references
 from fhir_transforms.errors import InputError
 from fhir_transforms.fpe import fpe_format, selects
 from fhir_transforms.known import PERSON_REFERENCE_RE, identifier_category
+from fhir_transforms.r4 import rendered
 from fhir_transforms.r4.xhtml import Narrative
+from text_deid import replace
+from text_deid.spans import Span
 
 if TYPE_CHECKING:
     from fhir_transforms.r4.walker import Site
@@ -28,10 +31,10 @@ YEARS_PER_UNIT = {"a": 1, "yr": 1, "year": 1, "years": 1, "mo": 1 / 12, "month":
 
 @dataclass
 class TextRef:
-    """Texts to send through the text stack, and how to rebuild the element from their replacements."""
+    """Texts to send through the text stack, and how to rebuild the element from the spans found in each."""
 
     texts: list[str]
-    build: Callable[[list[str]], Any]
+    build: Callable[[list[list[Span]]], Any]
 
 
 def remove(value, site: Site):
@@ -141,15 +144,17 @@ def text(value, site: Site):
     if site.element.type == "xhtml":
         try:
             narrative = Narrative.parse(value)
-        except ValueError:
-            raise InputError(f"{site.path}: narrative is not well-formed XHTML") from None
+        except InputError as e:
+            raise InputError(f"{site.path}: {e}") from None
+        if narrative.dropped:
+            site.label("REDACTED")
         return TextRef(narrative.texts, narrative.render)
     if site.element.type == "base64Binary":
         return _attachment_text(value, site)
     if site.owner == "Reference" and site.element.name == "display" and PERSON_REFERENCE_RE.match(
             str(site.parent.get("reference", ""))):
         site.record_known(value, "NAME")  # "Dr. Ronny Block" on a reference to a Practitioner
-    return TextRef([value], lambda replaced: replaced[0])
+    return TextRef([value], lambda found: replace.apply(value, found[0]))
 
 
 def _attachment_text(value, site: Site):
@@ -163,15 +168,20 @@ def _attachment_text(value, site: Site):
         decoded = base64.b64decode(value, validate=True).decode(charset)
     except (ValueError, LookupError):
         raise InputError(f"{site.path}: attachment is not valid base64 text in its charset") from None
+    try:
+        pieces = rendered.content_pieces(content_type, decoded)
+    except InputError as e:
+        raise InputError(f"{site.path}: attachment {e}") from None
+    read = rendered.readings(pieces)
     parent = site.parent
 
-    def build(replaced: list[str]) -> str:
-        raw = replaced[0].encode(charset)
+    def build(found: list[list[Span]]) -> str:
+        raw = rendered.apply(decoded, rendered.edits(pieces, read, found).get(0, [])).encode(charset)
         parent["size"] = len(raw)
         parent["hash"] = base64.b64encode(hashlib.sha1(raw).digest()).decode()
         return base64.b64encode(raw).decode()
 
-    return TextRef([decoded], build)
+    return TextRef([text for text, _ in read], build)
 
 
 METHODS: dict[str, Callable] = {

@@ -5,9 +5,7 @@ parse → known identifiers → rules → text stack → leak guard → (validat
 from __future__ import annotations
 
 import base64
-import html
 import marshal
-import re
 from dataclasses import dataclass, field
 from datetime import date
 from typing import Callable, Iterable, Iterator
@@ -16,17 +14,16 @@ from pydantic import ValidationError
 
 from fhir.resources.R4B import get_fhir_model_class
 from fhir_transforms import dates, known as known_ids
+from fhir_transforms.r4 import rendered
 from fhir_transforms.errors import DetectorFailed, InputError, RecordRefused
 from fhir_transforms.r4.methods import TEXT_CONTENT_TYPES
 from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.rules import Profile
 from fhir_transforms.r4.walker import RecordContext, WrittenSlots, stamp_all, walk_resource
-from text_deid import leak_guard, replace
+from text_deid import leak_guard
 from text_deid.spans import DetectorError, KnownIdentifier, Span
 from text_deid.stack import TextStack
 
-TAG_RE = re.compile(r"<[^>]+>")
-ATTRIBUTE_RE = re.compile(r'=\s*"([^"]*)"')
 SKIP_KEYS = {"resourceType", "system", "url"}  # structure, not content: codes of terminologies and extension urls
 
 
@@ -99,15 +96,13 @@ class Deidentifier:
         findings: list[Finding] = []
         i = 0
         for pending in ctx.pending:
-            n = len(pending.ref.texts)
-            replaced = []
-            for text, found in zip(pending.ref.texts, spans[i:i + n]):
+            found_in = spans[i:i + len(pending.ref.texts)]
+            for found in found_in:
                 findings.extend(Finding(pending.path, s) for s in found)
                 if found:
                     pending.labels.add("MASKED")
-                replaced.append(replace.apply(text, found) if found else text)
-            pending.write(pending.ref.build(replaced))
-            i += n
+            pending.write(pending.ref.build(found_in))
+            i += len(found_in)
         stamp_all(ctx)
 
         # Most records hold no surviving identifier: search the output's distinct texts first, and work out
@@ -179,6 +174,19 @@ def output_texts(node, generated: WrittenSlots) -> list[str]:
     return list(found)
 
 
+def _is_text(node: dict) -> bool:
+    return str(node.get("contentType", "")).lower().startswith(TEXT_CONTENT_TYPES)
+
+
+def _read_as_rendered(key: str, value: str, node: dict) -> list[str]:
+    """A div or text attachment as the text stack read it (markup joined or broken as rendered, references
+    decoded, attribute values apart), undecodable references as written; and the attachment as written."""
+    if key == "div":
+        return rendered.texts(rendered.markup_pieces(value, xml=False, strict=False))
+    decoded = base64.b64decode(value).decode("utf-8", "replace")
+    return [decoded, *rendered.texts(rendered.content_pieces(str(node.get("contentType", "")), decoded, strict=False))]
+
+
 def _collect_strings(node, written_in: dict[int, set], path: str, found: list) -> None:
     # a plain recursive walk (no generators): it visits every value of every record
     is_dict = type(node) is dict
@@ -192,11 +200,8 @@ def _collect_strings(node, written_in: dict[int, set], path: str, found: list) -
             _collect_strings(v, written_in, f"{path}.{k}" if is_dict else f"{path}[{k}]", found)
         elif t is str:
             sub = f"{path}.{k}" if is_dict else f"{path}[{k}]"
-            if is_dict and k == "div":
-                found.append((sub, html.unescape(TAG_RE.sub(" ", v))))
-                found.append((sub, " ".join(ATTRIBUTE_RE.findall(v))))  # attribute values the text stack did not read
-            elif is_dict and k == "data" and str(node.get("contentType", "")).lower().startswith(TEXT_CONTENT_TYPES):
-                found.append((sub, base64.b64decode(v).decode("utf-8", "replace")))
+            if is_dict and k == "div" or is_dict and k == "data" and _is_text(node):
+                found.extend((sub, text) for text in _read_as_rendered(k, v, node))
             elif k not in written:
                 found.append((sub, v))
 
@@ -209,11 +214,8 @@ def _collect_texts(node: dict, written_in: dict[int, set], found: dict) -> None:
             continue
         t = type(v)
         if t is str:
-            if k == "div":
-                found[html.unescape(TAG_RE.sub(" ", v))] = None
-                found[" ".join(ATTRIBUTE_RE.findall(v))] = None
-            elif k == "data" and str(node.get("contentType", "")).lower().startswith(TEXT_CONTENT_TYPES):
-                found[base64.b64decode(v).decode("utf-8", "replace")] = None
+            if k == "div" or k == "data" and _is_text(node):
+                found.update(dict.fromkeys(_read_as_rendered(k, v, node)))
             elif written is None or k not in written:
                 found[v] = None
         elif t is dict:
