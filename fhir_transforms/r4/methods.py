@@ -5,20 +5,45 @@ from __future__ import annotations
 import base64
 import hashlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from datetime import date
+from typing import Any, Callable, Mapping, Protocol
 
 from fhir_transforms import dates, zipcodes
 from fhir_transforms.r4 import references
 from fhir_transforms.errors import InputError
 from fhir_transforms.fpe import fpe_format, selects
 from fhir_transforms.known import PERSON_REFERENCE_RE, identifier_category
+from fhir_transforms.pseudonym import Pseudonymizer
+from fhir_transforms.r4.schema import Element
 from fhir_transforms.r4 import rendered
 from fhir_transforms.r4.xhtml import Narrative
 from text_deid import replace
 from text_deid.spans import Span
 
-if TYPE_CHECKING:
-    from fhir_transforms.r4.walker import Site
+
+
+class Site(Protocol):
+    """What a method sees of the element it is applied to (the walker's Site, fhir_transforms/r4/walker.py):
+    declared here so that the methods need not import the walker that calls them."""
+
+    element: Element
+    parent: dict
+    owner: str
+    path: str
+    fpath: str
+    options: Mapping
+    pseudo: Pseudonymizer
+
+    def clock(self) -> date: ...
+    def label(self, code: str) -> None: ...
+    def record_known(self, value, category: str) -> None: ...
+    def generated(self) -> None: ...
+    def rewrite_reference(self, value: str) -> str | None: ...
+    def day_offset(self) -> int: ...
+    def removes_identifier(self) -> bool: ...
+    def add_primitive_extensions(self, extensions: list[dict]) -> None: ...
+    def apply_type_rule(self, value): ...
+    def walk_into(self, node: dict): ...
 
 REMOVE = object()
 REFERENCE_ELEMENTS = {"reference", "fullUrl", "url", "location"}  # values that point at a resource
