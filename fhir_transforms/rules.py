@@ -8,10 +8,10 @@ from pathlib import Path
 import yaml
 
 from fhir_transforms.fpe import FpeFormat
+from fhir_transforms.methods import METHODS
 import mappings
 
 MAPPINGS = Path(mappings.__file__).resolve().parent / "fhir"
-METHODS = {"remove", "keep", "year", "shift", "pseudonym", "zip3", "age90", "text", "fpe"}
 PROFILES = ("safe-harbor", "longitudinal", "longitudinal-fpe")
 
 

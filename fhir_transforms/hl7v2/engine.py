@@ -17,6 +17,7 @@ from fhir_transforms.hl7v2.rules import (Datatype, DTMError, HL7Profile, Rule, d
 from fhir_transforms import dates, zipcodes
 from fhir_transforms.errors import InputError, RecordRefused
 from fhir_transforms.fpe import fpe_format, selects
+from fhir_transforms.methods import METHODS, check_implemented
 from fhir_transforms.pseudonym import Pseudonymizer
 from text_deid import leak_guard, replace
 from text_deid.spans import DetectorError, KnownIdentifier, Span
@@ -24,7 +25,6 @@ from text_deid.stack import TextStack
 from fhir_transforms.hl7v2.rules import load_hl7_profile
 
 TEXT_PAYLOAD_SUBTYPES = ("PLAIN", "TEXT", "RTF", "HTML", "XML", "CDA", "X-HL7-CDA-LEVEL-ONE", "SGML", "JSON", "X-RTF")
-DATE_METHODS = ("year", "shift", "age90")
 # datatypes whose values `_record` turns into known identifiers for the text stack and the leak guard
 RECORDED_TYPES = frozenset({"XPN", "XCN", "PPN", "NDL", "XAD", "XTN", "CX"})
 LEAF_SEPARATOR = "\x00"  # between leaves in the leak guard's view of a field: no known form spans two leaves
@@ -130,54 +130,69 @@ class MessageWalk:
 
     def method(self, rule: Rule, leaves: list[tuple[list[str], int]], where: str, owner: str | None, rep, seg,
                container: list[str] | None = None) -> None:
-        m = rule.method
-        if m == "keep" or not leaves:
-            return
-        if m == "text":
-            for holder, j in leaves:
-                if holder[j]:
-                    self.text(holder, j, where, owner, rep, seg)
-            return
-        if m == "remove":
-            if "category" in rule.options:
-                value = self._decoded(leaves[0][0][leaves[0][1]])
-                if value:
-                    self.known.add(KnownIdentifier(value, rule.options["category"]))
-            for holder, j in leaves:
-                holder[j] = ""
-            return
+        """Apply a rule's method to the leaves of a field, component or subcomponent."""
+        if leaves:
+            self.LEAF_METHODS.get(rule.method, MessageWalk._each_value)(
+                self, rule, leaves, where, owner, rep, seg, container)
+
+    def _keep(self, rule: Rule, leaves, where, owner, rep, seg, container) -> None:
+        return None
+
+    def _text(self, rule: Rule, leaves, where, owner, rep, seg, container) -> None:
+        for holder, j in leaves:
+            if holder[j]:
+                self.text(holder, j, where, owner, rep, seg)
+
+    def _remove(self, rule: Rule, leaves, where, owner, rep, seg, container) -> None:
+        if "category" in rule.options:
+            value = self._decoded(leaves[0][0][leaves[0][1]])
+            if value:
+                self.known.add(KnownIdentifier(value, rule.options["category"]))
+        for holder, j in leaves:
+            holder[j] = ""
+
+    def _each_value(self, rule: Rule, leaves, where, owner, rep, seg, container) -> None:
+        on_dates = METHODS[rule.method].on_dates
         for k, (holder, j) in enumerate(leaves):
             value = self._decoded(holder[j])
             # the method rules the first value; later ones only when they are dates too (TS-1, DR, a range)
-            if not value.strip() or (k and not (m in DATE_METHODS and is_dtm(value))):
+            if not value.strip() or (k and not (on_dates and is_dtm(value))):
                 continue
-            result = self.value(m, value, where, owner, rep, container, rule.options)
+            result = self.value(rule.method, value, where, owner, rep, container, rule.options)
             holder[j] = "" if result is None else er7.escape(result, self.d)
 
     def value(self, m: str, value: str, where: str, owner: str | None, rep, container,
               options: dict | None = None) -> str | None:
         """One value through one method; None removes it. Values that do not fit the method are removed."""
-        if m in ("year", "shift", "age90"):
-            try:
-                full = dtm_full_date(value)
-                if full:
-                    self.known.add(KnownIdentifier(full, "DATE"))
-                if m == "age90":
-                    return self._age90(value)
-                return dtm_year(value) if m == "year" else dtm_shift(value, self._offset())
-            except (DTMError, dates.DateFormatError, ValueError):
-                return None
-        if m == "zip3":
-            if any(ch.isdigit() for ch in value):
-                self.known.add(KnownIdentifier(value, "GEOGRAPHIC_LOCATION"))
-            return zipcodes.zip3(value)
-        if m == "pseudonym":
-            if options and "namespace" in options:
-                return self._token(value, options)
-            return self._pseudonym(value, owner, rep, container)
-        if m == "fpe":
-            return self._pseudonym(value, owner, rep, container, options or {})
-        raise InputError(f"{where}: method {m!r} does not apply to HL7v2 values")
+        apply = self.VALUE_METHODS.get(m)
+        if apply is None:
+            raise InputError(f"{where}: method {m!r} does not apply to HL7v2 values")
+        return apply(self, m, value, owner, rep, container, options or {})
+
+    def _date(self, m: str, value: str, owner, rep, container, options: dict) -> str | None:
+        try:
+            full = dtm_full_date(value)
+            if full:
+                self.known.add(KnownIdentifier(full, "DATE"))
+            if m == "age90":
+                return self._age90(value)
+            return dtm_year(value) if m == "year" else dtm_shift(value, self._offset())
+        except (DTMError, dates.DateFormatError, ValueError):
+            return None
+
+    def _zip3(self, m: str, value: str, owner, rep, container, options: dict) -> str | None:
+        if any(ch.isdigit() for ch in value):
+            self.known.add(KnownIdentifier(value, "GEOGRAPHIC_LOCATION"))
+        return zipcodes.zip3(value)
+
+    def _keyed(self, m: str, value: str, owner, rep, container, options: dict) -> str | None:
+        if m == "pseudonym" and "namespace" in options:
+            return self._token(value, options)
+        return self._pseudonym(value, owner, rep, container, options if m == "fpe" else None)
+
+    # Every method of the contract (fhir_transforms/methods.py): a whole leaf set, or each value in turn.
+    LEAF_METHODS = {"keep": _keep, "text": _text, "remove": _remove}
+    VALUE_METHODS = {"year": _date, "shift": _date, "age90": _date, "zip3": _zip3, "pseudonym": _keyed, "fpe": _keyed}
 
     def _age90(self, value: str) -> str | None:
         if re.fullmatch(r"\d{1,3}(?:\.\d+)?", value.strip()):  # an age in years (OBX NM), not a date
@@ -344,6 +359,9 @@ def _patient_key(message: er7.Message, profile: HL7Profile) -> str:
     value = er7.decode(first[0], d)[0]
     hd = (er7.decode(first[3], d)[0].split(d.subcomponent) if len(first) > 3 else []) + ["", "", ""]
     return f"{identifier_system(profile, hd[0], hd[1], hd[2])}|{value}"
+
+
+check_implemented("HL7v2", {**MessageWalk.LEAF_METHODS, **MessageWalk.VALUE_METHODS})
 
 
 @dataclass

@@ -14,7 +14,8 @@ from pathlib import Path
 
 
 from fhir_transforms import dates
-from fhir_transforms.rules import METHODS, ProfileError, check_options, read_profile_file
+from fhir_transforms.methods import METHODS
+from fhir_transforms.rules import ProfileError, check_options, read_profile_file
 import mappings
 
 MAPPINGS = Path(mappings.__file__).resolve().parent / "hl7v2"

@@ -13,6 +13,7 @@ from fhir_transforms.r4 import references
 from fhir_transforms.errors import InputError
 from fhir_transforms.fpe import fpe_format, selects
 from fhir_transforms.known import PERSON_REFERENCE_RE, identifier_category
+from fhir_transforms.methods import check_implemented
 from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.r4.schema import Element
 from fhir_transforms.r4 import rendered
@@ -209,7 +210,9 @@ def _attachment_text(value, site: Site):
     return TextRef([text for text, _ in read], build)
 
 
+# Every method of the contract (fhir_transforms/methods.py), by name.
 METHODS: dict[str, Callable] = {
     "remove": remove, "keep": keep, "year": year, "shift": shift, "pseudonym": pseudonym,
     "zip3": zip3, "age90": age90, "text": text, "fpe": fpe,
 }
+check_implemented("FHIR R4", METHODS)
