@@ -10,6 +10,18 @@ class RecordRefused(RuntimeError):
     modifierExtension (exit 3). Nothing of the record is written."""
 
 
+class LeakFound(RecordRefused):
+    """The leak guard found a known identifier in the output: the record is refused (exit 3; HTTP 422 security)."""
+
+
+class UnknownModifier(RecordRefused):
+    """A modifierExtension the profile does not allow: its meaning cannot be kept, so the resource is refused."""
+
+
+class OutputInvalid(RecordRefused):
+    """The de-identified output failed validation: a bug, and nothing is written."""
+
+
 class DetectorFailed(RecordRefused):
     """A detector failed or timed out: the record is refused (exit 3); over HTTP this is 503, not 422."""
 

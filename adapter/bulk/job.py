@@ -33,7 +33,8 @@ from adapter.audit import trail as audit
 from adapter import files as fhir_files
 from fhir_transforms import known as known_ids
 from fhir_transforms.r4 import references
-from fhir_transforms.errors import DetectorFailed, InputError, RecordRefused
+from fhir_transforms.errors import (DetectorFailed, InputError, LeakFound, OutputInvalid, RecordRefused,
+                                    UnknownModifier)
 from fhir_transforms.keys import Key, key_id_for
 from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.r4.record import Deidentifier
@@ -279,18 +280,15 @@ def _patient_target(ref) -> str | None:
     return None
 
 
+# Why a resource was not written → the reason code of the summary (first match; subclasses first).
+REFUSAL_REASONS: dict[type[Exception], str] = {InputError: "invalid-resource", DetectorFailed: "detector-failed",
+                                               LeakFound: "leak-guard", UnknownModifier: "unknown-modifier-extension",
+                                               OutputInvalid: "output-validation"}
+
+
 def refusal_reason(e: Exception) -> str:
     """A fixed reason code: summaries and logs never carry an exception's free text (it may name values)."""
-    if isinstance(e, InputError):
-        return "invalid-resource"
-    if isinstance(e, DetectorFailed):
-        return "detector-failed"
-    message = str(e)
-    for marker, reason in (("leak guard", "leak-guard"), ("modifierExtension", "unknown-modifier-extension"),
-                           ("output failed validation", "output-validation")):
-        if marker in message:
-            return reason
-    return "refused"
+    return next((reason for kind, reason in REFUSAL_REASONS.items() if isinstance(e, kind)), "refused")
 
 
 @dataclass

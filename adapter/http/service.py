@@ -25,7 +25,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 
 from adapter.http.auth import Client, TokenStore
 from fhir_transforms import dates
-from fhir_transforms.errors import DetectorFailed, InputError, RecordRefused
+from fhir_transforms.errors import DetectorFailed, InputError, LeakFound, RecordRefused
 from fhir_transforms.keys import Key
 from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.r4.record import Deidentifier
@@ -40,6 +40,13 @@ JSON_TYPES = (FHIR_JSON, "application/json")
 HL7_TYPES = ("x-application/hl7-v2+er7", "application/hl7-v2", "text/plain")
 CONFORMANCE = Path(conformance.__file__).resolve().parent
 access_log = logging.getLogger("deid_adapter.access")
+
+
+# Why a record was not written → (HTTP status, OperationOutcome issue code); first match, subclasses first.
+HTTP_STATUS: dict[type[Exception], tuple[int, str]] = {
+    InputError: (400, "invalid"), DetectorFailed: (503, "transient"), LeakFound: (422, "security"),
+    RecordRefused: (422, "business-rule"),
+}
 
 
 @dataclass
@@ -185,12 +192,9 @@ def create_app(config: ServiceConfig) -> FastAPI:
         def wrapped(*args):
             try:
                 return fn(*args)
-            except InputError as e:
-                raise HttpError(400, "invalid", str(e)) from None
-            except DetectorFailed as e:
-                raise HttpError(503, "transient", str(e)) from None
-            except RecordRefused as e:
-                raise HttpError(422, "security" if "leak guard" in str(e) else "business-rule", str(e)) from None
+            except (InputError, RecordRefused) as e:
+                status, code = next(v for kind, v in HTTP_STATUS.items() if isinstance(e, kind))
+                raise HttpError(status, code, str(e)) from None
         return wrapped
 
     async def fhir_work(request: Request):
@@ -205,7 +209,10 @@ def create_app(config: ServiceConfig) -> FastAPI:
         wrapped = doc.get("resourceType") == "Parameters"
         profile = stack = None
         if wrapped:
-            params = {p.get("name"): p for p in doc.get("parameter", []) if isinstance(p, dict)}
+            given = doc.get("parameter") or []
+            if not isinstance(given, list):
+                raise HttpError(400, "structure", "Parameters.parameter must be a list")
+            params = {p.get("name"): p for p in given if isinstance(p, dict)}
             if "resource" not in params or not isinstance(params["resource"].get("resource"), dict):
                 raise HttpError(400, "required", "Parameters needs a `resource` parameter holding a resource")
             resource = params["resource"]["resource"]

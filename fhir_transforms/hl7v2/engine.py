@@ -15,7 +15,7 @@ from fhir_transforms.hl7v2 import message as er7
 from fhir_transforms.hl7v2.rules import (Datatype, DTMError, HL7Profile, Rule, dtm_age, dtm_full_date, dtm_shift, dtm_year,
                                identifier_system, is_dtm, is_full_dtm)
 from fhir_transforms import dates, zipcodes
-from fhir_transforms.errors import InputError, RecordRefused
+from fhir_transforms.errors import InputError, LeakFound, RecordRefused
 from fhir_transforms.fpe import fpe_format, selects
 from fhir_transforms.methods import METHODS, check_implemented
 from fhir_transforms.pseudonym import Pseudonymizer
@@ -416,7 +416,7 @@ class HL7Deidentifier:
         leaks = leak_guard.scan(_output_strings(message, self.profile.leak_guard_skip), known_ids)
         if leaks:
             shown = "; ".join(str(leak) for leak in leaks[:5])
-            raise RecordRefused(f"{where}: leak guard refused the output: {len(leaks)} known identifier(s) survived: {shown}")
+            raise LeakFound(f"{where}: leak guard refused the output: {len(leaks)} known identifier(s) survived: {shown}")
         out = message.to_er7()
         if not message.envelope:
             try:

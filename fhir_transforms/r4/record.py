@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from fhir.resources.R4B import get_fhir_model_class
 from fhir_transforms import dates, known as known_ids
 from fhir_transforms.r4 import rendered
-from fhir_transforms.errors import DetectorFailed, InputError, RecordRefused
+from fhir_transforms.errors import DetectorFailed, InputError, LeakFound, OutputInvalid
 from fhir_transforms.r4.methods import TEXT_CONTENT_TYPES
 from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.rules import Profile
@@ -111,12 +111,12 @@ class Deidentifier:
             output_strings(doc, ctx.generated, path), known)
         if leaks:
             shown = "; ".join(str(leak) for leak in leaks[:5])
-            raise RecordRefused(f"{path}: leak guard refused the output: {len(leaks)} known identifier(s) survived: {shown}")
+            raise LeakFound(f"{path}: leak guard refused the output: {len(leaks)} known identifier(s) survived: {shown}")
         if self.validate:
             try:
                 validate(doc, path)
             except InputError as e:
-                raise RecordRefused(f"output failed validation (a bug; nothing written): {e}") from None
+                raise OutputInvalid(f"output failed validation (a bug; nothing written): {e}") from None
         return RecordResult(doc, findings, len(texts), timings, known)
 
 

@@ -12,7 +12,7 @@ from types import MappingProxyType
 from typing import Callable, Mapping
 
 from fhir_transforms.r4 import references
-from fhir_transforms.errors import InputError, RecordRefused
+from fhir_transforms.errors import InputError, UnknownModifier
 from fhir_transforms.r4.methods import METHODS, REMOVE, TextRef
 from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.rules import Profile, Rule
@@ -371,7 +371,7 @@ def _check_modifiers(values: list, profile: Profile, path: str) -> None:
     for v in values:
         url = v.get("url") if isinstance(v, dict) else None
         if url not in profile.modifier_extension_allow:
-            raise RecordRefused(f"{path}: unknown modifierExtension (its meaning cannot be kept); add it to the profile's allow-list")
+            raise UnknownModifier(f"{path}: unknown modifierExtension (its meaning cannot be kept); add it to the profile's allow-list")
 
 
 def _add_extensions(node: dict, key: str, extensions: list[dict]) -> None:
