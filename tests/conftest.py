@@ -19,6 +19,7 @@ from text_deid.stack import build_stack
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "data"
+CASES = ROOT / "tests" / "cases"  # golden files and refused cases
 TEST_SECRET = bytes(range(32))  # a fixed, public test key: golden files are made with it
 FIXED_TODAY = date(2026, 1, 15)
 

@@ -1,7 +1,7 @@
 """Golden files: tests/cases/<profile>/<name>.json → <name>.expected.json under the fixed test key and day.
 
 Compared after normalizing both through json. To regenerate after an intended change:
-DEID_UPDATE_GOLDEN=1 python -m pytest tests/test_golden.py, then review the diff by eye.
+DEID_UPDATE_GOLDEN=1 python -m pytest tests/r4/test_golden.py, then review the diff by eye.
 """
 from __future__ import annotations
 
@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import make_engine
+from tests.conftest import CASES, make_engine
 
-CASES = Path(__file__).parent / "cases"
 GOLDEN = sorted(p for p in CASES.glob("*/*.json") if not p.name.endswith(".expected.json") and p.parent.name != "refused")
 
 

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from adapter.audit.trail import AuditEntry, AuditError, AuditTrail, _record_hash
-from tests.audit_stores import audit_key, store_url  # noqa: F401 — fixture
+from tests.support import audit_key, store_url  # noqa: F401 — fixture
 from adapter.audit.trail import database_url
 
 N = 20

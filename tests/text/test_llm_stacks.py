@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from adapter.cli.main import app
 from tests.conftest import run_cli
-from tests.ollama_stub import OllamaStub
+from tests.support import OllamaStub
 from text_deid import stack as stack_module
 from text_deid.detectors.llm import LlmSettings
 from text_deid.second_opinion import SecondOpinion

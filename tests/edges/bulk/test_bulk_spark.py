@@ -13,7 +13,7 @@ import pytest
 from adapter.bulk.export import deidentify_export
 from adapter.bulk.job import SUMMARY_NAME, WORK_DIR
 from adapter.bulk.spark import SparkUnavailable, check_spark
-from tests.bulk_support import TODAY, assert_same_tree, reference_output, refusing_export, run_bulk
+from tests.support import TODAY, assert_same_tree, reference_output, refusing_export, run_bulk
 from tests.conftest import TEST_SECRET
 
 

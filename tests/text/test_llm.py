@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.ollama_stub import OllamaStub
+from tests.support import OllamaStub
 from text_deid import prompts
 from text_deid.detectors.llm import (CHUNK_CHARS, DEFAULT_MODEL, LlmDetector, LlmSettings, LlmUnavailable,
                                      chunk_bounds, locate)

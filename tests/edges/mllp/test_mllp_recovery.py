@@ -22,7 +22,7 @@ from adapter.mllp.listener import Forwarder, parse_header
 from fhir_transforms.keys import load_key
 from fhir_transforms.pseudonym import Pseudonymizer
 from tests.conftest import ROOT, TEST_SECRET, write_key
-from tests.test_mllp_listener import HOST, IdempotentReceiver, MllpSender, adt, wait_for
+from tests.edges.mllp.test_mllp_listener import HOST, IdempotentReceiver, MllpSender, adt, wait_for
 from text_deid.stack import build_stack
 
 CONNECTIONS, PER_CONNECTION = 8, 250

@@ -8,7 +8,6 @@ import base64
 import csv
 import io
 import json
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -18,8 +17,8 @@ from adapter.cli.main import app
 from fhir_transforms import keys
 from fhir_transforms.pseudonym import Pseudonymizer
 from text_deid.stack import DEFAULT_STACK
-from tests.audit_stores import dump, store_url  # noqa: F401 — fixture
-from tests.conftest import make_engine
+from tests.support import dump, store_url  # noqa: F401 — fixture
+from tests.conftest import CASES, make_engine
 from adapter.audit.vault import ReidentificationDenied, Vault, entries
 
 NAME, FAMILY, MRN, STREET = "Zebulon", "Quixotefeld", "MRN-CANARY-7731", "42 Wobblesnout Lane"
@@ -75,7 +74,7 @@ def trail(s) -> AuditTrail:
 
 
 def test_fhir_records_each_output_and_the_chain_verifies(setup):
-    out = deidentify(setup)
+    deidentify(setup)
     records = list(trail(setup).export())
     assert len(records) == 1
     rec = records[0]
@@ -92,7 +91,7 @@ def test_fhir_records_each_output_and_the_chain_verifies(setup):
 
 
 def test_refusal_is_recorded_without_an_output(setup):
-    bad = json.loads((Path(__file__).parent / "cases" / "refused" / "modifier-extension-refused.json").read_text())
+    bad = json.loads((CASES / "refused" / "modifier-extension-refused.json").read_text())
     setup["src"].write_text(json.dumps(bad))
     result = cli("fhir", str(setup["src"]), str(setup["tmp"] / "out.json"), "--key-file", str(setup["key_file"]),
                  env=setup["env"])

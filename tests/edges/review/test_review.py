@@ -27,7 +27,7 @@ from adapter.review.queue import (
 from adapter.review.sessions import LoginThrottle, Sessions
 from fhir_transforms import keys
 from fhir_transforms.errors import RecordRefused
-from tests.review_support import (
+from tests.support import (
     NOTE,
     PASSWORDS,
     LiveServer,

@@ -20,7 +20,7 @@ import pytest
 from adapter.bulk.job import SUMMARY_NAME, WORK_DIR, linked_patients
 from fhir_transforms.keys import Key, key_id_for
 from fhir_transforms.pseudonym import Pseudonymizer
-from tests.bulk_support import SAMPLE, TODAY, assert_same_tree, reference_output, refusing_export, run_bulk
+from tests.support import SAMPLE, TODAY, assert_same_tree, reference_output, refusing_export, run_bulk
 from tests.conftest import ROOT, TEST_SECRET
 
 LEAK_TOOL = ROOT.parent / "shared" / "tools" / "fhir_leak.py"

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from adapter.cli.main import app
 from fhir_transforms.errors import RecordRefused
-from tests.conftest import make_engine, run_cli, write_key
+from tests.conftest import CASES, make_engine, run_cli, write_key
 from text_deid import stack
 
 PATIENT = {"resourceType": "Patient", "id": "p-zyx", "name": [{"family": "Zyxwortel", "given": ["Quillan"]}],
@@ -60,7 +60,7 @@ def test_a_folder_reports_each_bad_file_writes_the_others_and_exits_2(tmp_path, 
 
 
 def test_unknown_modifier_extension_is_refused_with_exit_3(tmp_path, test_key_file):
-    src = Path(__file__).parent / "cases" / "refused" / "modifier-extension-refused.json"
+    src = CASES / "refused" / "modifier-extension-refused.json"
     proc = run_cli("fhir", str(src), str(tmp_path / "o.json"), key_file=test_key_file)
     assert proc.returncode == 3 and "modifierExtension" in proc.stderr
     assert not (tmp_path / "o.json").exists()

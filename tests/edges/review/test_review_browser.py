@@ -10,7 +10,7 @@ from pathlib import Path
 from playwright.sync_api import sync_playwright
 
 from adapter.review.app import create_review_app
-from tests.review_support import NOTE, PASSWORDS, LiveServer, make_setup, released_text, secrets_of
+from tests.support import NOTE, PASSWORDS, LiveServer, make_setup, released_text, secrets_of
 
 CHROMIUM = os.environ.get("DEID_ADAPTER_CHROMIUM", "/usr/bin/chromium")
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
