@@ -47,10 +47,11 @@ END_BLOCK = b"\x1c\r"
 # a few MB. 8 MiB takes a base64 PDF of about 6 MB; the engine removes such payloads without scanning them.
 DEFAULT_MAX_FRAME = 8 * 1024 * 1024
 # Messages from this size (characters) on are de-identified in their own lane (BatchedEngine): free text runs at
-# a few hundred KB/s through the detectors, so each takes a second or more.
+# about 2.5 MB/s through the patterns stack, so one takes 0.1 s or more, a hundred times a short ADT.
 LARGE_MESSAGE = 256 * 1024
-# Seconds one call to a worker may take before its message is refused (AR) and the worker replaced.
-DEFAULT_MESSAGE_TIMEOUT = 30.0
+# Seconds de-identifying a message may take, per started LARGE_MESSAGE of it, before it is refused (AR) and its
+# worker replaced: a short ADT takes ~1 ms, a 40 KB note ~1 s on the NER stack.
+DEFAULT_MESSAGE_TIMEOUT = 10.0
 OVERSIZE_HEAD = 4096  # bytes of an oversized frame kept to read its MSH, so its NAK carries the sender's MSH-10
 READ_CHUNK = 256 * 1024
 BLANK = b" \t\r\n\x00"
@@ -533,9 +534,10 @@ class WorkerLane:
     cost is shared; an idle listener still sends each message at once. The executor may be WorkerProcesses (the
     CLI's), any concurrent.futures executor, or None (the loop's default threads).
 
-    A call that runs past `timeout` seconds fails closed: a lone message is refused (WorkerTimeout); the messages
-    of a batch are tried again one at a time, so only the one that runs too long is refused. A worker process is
-    killed and replaced; a thread cannot be, and runs on (`--workers 0`)."""
+    A call that runs past its limit (`timeout` seconds per started LARGE_MESSAGE characters) fails closed: a lone
+    message is refused (WorkerTimeout); the messages of a batch are tried again one at a time, so only the one
+    that runs too long is refused. A worker process is killed and replaced; a thread cannot be, and runs on
+    (`--workers 0`)."""
 
     def __init__(self, deidentify: Callable[[str], str], executor: Union[Executor, WorkerProcesses, None],
                  slots: int = 1, max_batch: int = 32, timeout: Optional[float] = None):
@@ -584,14 +586,16 @@ class WorkerLane:
         self._start_calls()
 
     async def _results(self, texts: list[str]) -> list[tuple[bool, object]]:
+        parts = max(1, -(-sum(map(len, texts)) // LARGE_MESSAGE))
+        limit = None if self.timeout is None else self.timeout * parts
         try:
             if isinstance(self.executor, WorkerProcesses):
-                return await self.executor.run(texts, self.timeout)
+                return await self.executor.run(texts, limit)
             call = asyncio.get_running_loop().run_in_executor(self.executor, deidentify_each, self.deidentify, texts)
             try:
-                return await asyncio.wait_for(call, self.timeout)
+                return await asyncio.wait_for(call, limit)
             except asyncio.TimeoutError:
-                raise WorkerTimeout(self.timeout) from None
+                raise WorkerTimeout(limit) from None
         except WorkerTimeout as e:
             if len(texts) == 1:
                 return [(False, e)]

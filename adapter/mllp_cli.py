@@ -78,9 +78,11 @@ def mllp(
                                                  "workers, so they never hold up short ones."),
     large_workers: int = typer.Option(1, "--large-workers", min=1,
                                       help="Worker processes for large messages (besides --workers)."),
-    message_timeout: float = typer.Option(edge.DEFAULT_MESSAGE_TIMEOUT, "--message-timeout", min=0.001,
-                                          help="Seconds de-identifying one message may take; then it is answered "
-                                               "AR, nothing is forwarded, and its worker process is replaced."),
+    message_timeout: Optional[float] = typer.Option(
+        None, "--message-timeout", min=0.001,
+        help=f"Seconds de-identifying a message may take, per started {edge.LARGE_MESSAGE // 1024} KiB of it; then "
+             f"it is answered AR, nothing is forwarded, and its worker process is replaced. Default: "
+             f"{edge.DEFAULT_MESSAGE_TIMEOUT:g}, or the stack's own detector time limit when it calls an LLM."),
     allow: list[str] = typer.Option([], "--allow", help="Accept connections only from this CIDR or address "
                                                         "(repeatable); others are dropped. Default: any client."),
     ack_timeout: float = typer.Option(30.0, "--ack-timeout", help="Seconds to wait for the downstream ACK."),
@@ -116,8 +118,8 @@ def mllp(
                         format="%(asctime)s deid-adapter mllp %(levelname)s %(message)s")
     workers = (os.cpu_count() or 1) if workers is None else workers
     pools = Pools(engine, workers, large_workers)
-    limits = dict(max_frame=max_message_bytes, large_from=large_message_bytes, message_timeout=message_timeout,
-                  allow=networks)
+    limits = dict(max_frame=max_message_bytes, large_from=large_message_bytes, allow=networks,
+                  message_timeout=message_timeout or _default_message_timeout(engine.__self__.stack))
     try:
         with asyncio.Runner(loop_factory=edge.loop_factory()) as runner:
             runner.run(_run(engine, listen_at, target, store, pools, max(1, workers), retry_max_delay,
@@ -131,6 +133,16 @@ def mllp(
         raise typer.Exit(1)
     finally:
         pools.shutdown()
+
+
+def _default_message_timeout(stack) -> float:
+    """An LLM answers in seconds to minutes: a stack that calls one keeps its own time limit (it fails the record
+    closed itself); any other is held to DEFAULT_MESSAGE_TIMEOUT."""
+    from text_deid.stack import LLM_COMPONENTS, STACKS
+
+    if LLM_COMPONENTS & set(STACKS.get(stack.name, ())):
+        return max(edge.DEFAULT_MESSAGE_TIMEOUT, stack.timeout_s)
+    return edge.DEFAULT_MESSAGE_TIMEOUT
 
 
 def _audit_hook(trail, engine) -> edge.AuditHook:

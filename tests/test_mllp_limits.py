@@ -188,3 +188,24 @@ def test_a_reused_control_id_with_other_content_is_naked_ae_and_logged_by_pseudo
     assert receiver.raw == ["P1-UR", "P2-UR"]
     warning = [r.getMessage() for r in caplog.records if "reuses the control id" in r.getMessage()]
     assert len(warning) == 1 and "P1-UR" in warning[0] and "RU-1" not in caplog.text and "ROE" not in caplog.text
+
+
+def test_the_time_limit_grows_with_the_message_and_an_llm_stack_keeps_its_own():
+    from types import SimpleNamespace
+
+    from adapter.mllp_cli import _default_message_timeout
+
+    assert _default_message_timeout(SimpleNamespace(name="no-llm", timeout_s=300.0)) == mllp.DEFAULT_MESSAGE_TIMEOUT
+    assert _default_message_timeout(SimpleNamespace(name="precision-first", timeout_s=300.0)) == 300.0
+
+    def slow(text: str) -> str:
+        time.sleep(0.5)
+        return text
+
+    async def scenario():
+        lane = mllp.WorkerLane(slow, None, timeout=0.3)  # 0.3 s per started 256 KiB
+        with pytest.raises(mllp.WorkerTimeout):
+            await lane("short")
+        return await lane("x" * (mllp.LARGE_MESSAGE + 1))  # two parts: 0.6 s
+
+    assert len(run(scenario())) == mllp.LARGE_MESSAGE + 1
