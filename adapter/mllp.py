@@ -413,6 +413,13 @@ class _Worker:
     sock: socket.socket
     reader: Optional[asyncio.StreamReader] = None
     writer: Optional[asyncio.StreamWriter] = None
+    expired: bool = False  # killed at its call's time limit
+
+    def expire(self) -> None:
+        """Kill the worker: its call ran past the time limit (the exchange then fails, and it is replaced)."""
+        self.expired = True
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
 
 
 class WorkerProcesses:
@@ -449,18 +456,28 @@ class WorkerProcesses:
         if worker is None:
             self._idle.put_nowait(None)
             raise BrokenExecutor("a de-identification worker died")
+        # a timer, not wait_for: no task per call on the hot path
+        deadline = None if timeout is None else asyncio.get_running_loop().call_later(timeout, worker.expire)
         try:
-            results = await asyncio.wait_for(self._exchange(worker, texts), timeout)
-        except asyncio.TimeoutError:  # before OSError: TimeoutError is one
-            await self._replace(worker)
-            raise WorkerTimeout(timeout) from None
+            results = await self._exchange(worker, texts)
         except BaseException as e:  # died, or cancelled mid-exchange: its stream is out of step either way
+            if deadline is not None:
+                deadline.cancel()
             worker.writer.close()
+            if worker.expired:
+                await self._replace(worker)
+                raise WorkerTimeout(timeout) from None
             self._idle.put_nowait(None)
             if isinstance(e, (OSError, EOFError, asyncio.IncompleteReadError)):
                 raise BrokenExecutor("a de-identification worker died") from None
             raise
-        self._idle.put_nowait(worker)
+        if deadline is not None:
+            deadline.cancel()
+        if worker.expired:  # answered just as its time ran out, and killed all the same
+            worker.writer.close()
+            await self._replace(worker)
+        else:
+            self._idle.put_nowait(worker)
         return results
 
     async def _exchange(self, worker: _Worker, texts: list[str]) -> list[tuple[bool, object]]:
@@ -475,10 +492,7 @@ class WorkerProcesses:
         self._idle.put_nowait(worker)
 
     async def _replace(self, worker: _Worker) -> None:
-        """Kill a worker that ran too long and put a fresh one in its place."""
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(worker.pid, signal.SIGKILL)
-        worker.writer.close()
+        """Put a fresh worker in the place of one killed at its time limit."""
         try:
             fresh = _Worker(*self.spawner.spawn())
         except BrokenExecutor:
