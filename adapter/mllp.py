@@ -33,7 +33,7 @@ from concurrent.futures import BrokenExecutor, Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Optional, Sequence, Union
+from typing import Awaitable, Callable, Optional, Sequence, Union
 
 from adapter.fhir_files import write_atomic
 from adapter.mllp_store import QUEUED, REUSED, AsyncStore, GroupCommit, Incoming, Queued

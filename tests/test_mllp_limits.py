@@ -3,7 +3,6 @@ own for large messages, an optional client allow-list, and a reused MSH-10 told 
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import threading
 import time
 
