@@ -22,14 +22,33 @@ from fhir_transforms.hl7v2.engine import HL7Deidentifier
 from fhir_transforms.hl7v2.rules import load_hl7_profile
 from fhir_transforms.rules import ProfileError
 from text_deid.stack import LlmSettings
+from text_deid.stack import LLM_COMPONENTS, STACKS
 
 
-def make_pool(engine: Callable[[str], str], workers: int) -> Union[Executor, edge.WorkerProcesses]:
-    """Where the CPU-bound de-identification runs. Worker processes (forked now, after the engine is built and
-    before any thread starts) use every core; 0 workers runs it on one thread of this process."""
-    if workers <= 0:
-        return ThreadPoolExecutor(max_workers=1, thread_name_prefix="deid")
-    return edge.WorkerProcesses(engine, workers)
+Pool = Union[Executor, edge.WorkerProcesses]
+
+
+class Pools:
+    """Where the CPU-bound de-identification runs: `small` for most messages, `large` for those of
+    --large-message-bytes and more. Worker processes (their spawner forked now, after the engine is built and
+    before any thread starts) use every core; 0 workers runs each lane on one thread of this process."""
+
+    def __init__(self, engine: Callable[[str], str], workers: int, large_workers: int):
+        self.spawner = edge.WorkerSpawner(engine) if workers > 0 else None
+        self.small = self._pool(workers, "deid")
+        self.large = self._pool(max(1, large_workers), "deid-large")
+
+    def _pool(self, count: int, name: str) -> Pool:
+        if self.spawner is None:
+            return ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+        return edge.WorkerProcesses(self.spawner, count)
+
+    def shutdown(self) -> None:
+        """Stop the workers (after the listener has finished with them) and the spawner."""
+        self.small.shutdown(wait=True, cancel_futures=True)
+        self.large.shutdown(wait=True, cancel_futures=True)
+        if self.spawner is not None:
+            self.spawner.close()
 
 
 def _hl7_engine(key_file, profile: str, stack: Optional[str], llm=None) -> Callable[[str], str]:
@@ -52,8 +71,21 @@ def mllp(
     llm_model: Optional[str] = LlmModel,
     workers: Optional[int] = typer.Option(None, "--workers", help="De-identification processes; default: one per "
                                                                   "CPU; 0: one thread of this process."),
-    max_message_bytes: int = typer.Option(edge.DEFAULT_MAX_FRAME, "--max-message-bytes",
-                                          help="Larger frames are answered AR and skipped."),
+    max_message_bytes: int = typer.Option(edge.DEFAULT_MAX_FRAME, "--max-message-bytes", min=1,
+                                          help="Larger messages are answered AR (the ERR names the limit) and "
+                                               "skipped; the connection stays open."),
+    large_message_bytes: int = typer.Option(edge.LARGE_MESSAGE, "--large-message-bytes", min=1,
+                                            help="Messages of this size or more are de-identified by their own "
+                                                 "workers, so they never hold up short ones."),
+    large_workers: int = typer.Option(1, "--large-workers", min=1,
+                                      help="Worker processes for large messages (besides --workers)."),
+    message_timeout: Optional[float] = typer.Option(
+        None, "--message-timeout", min=0.001,
+        help=f"Seconds de-identifying a message may take, per started {edge.LARGE_MESSAGE // 1024} KiB of it; then "
+             f"it is answered AR, nothing is forwarded, and its worker process is replaced. Default: "
+             f"{edge.DEFAULT_MESSAGE_TIMEOUT:g}, or the stack's own detector time limit when it calls an LLM."),
+    allow: list[str] = typer.Option([], "--allow", help="Accept connections only from this CIDR or address "
+                                                        "(repeatable); others are dropped. Default: any client."),
     ack_timeout: float = typer.Option(30.0, "--ack-timeout", help="Seconds to wait for the downstream ACK."),
     retry_max_delay: float = typer.Option(30.0, "--retry-max-delay", help="Cap of the retry backoff (seconds)."),
     dedupe_hours: float = typer.Option(24.0, "--dedupe-hours",
@@ -63,7 +95,7 @@ def mllp(
 ) -> None:
     """Receive HL7v2 over MLLP; de-identify each message, queue it durably, ACK AA, and forward it downstream.
 
-    AE: the message cannot be de-identified as given. AR: bad frame, no MSH, unsupported MSH-18, too large, refused, or the queue is unavailable. The ERR segment names the problem, never a value.
+    AE: the message cannot be de-identified as given, or reuses the MSH-10 of a different message. AR: bad frame, no MSH, unsupported MSH-18, too large, refused, over the time limit, or the queue is unavailable. The ERR segment names the problem, never a value.
 
     SIGTERM or Ctrl-C: stop accepting, finish the messages in hand, flush the queue, exit 0.
     """
@@ -71,6 +103,10 @@ def mllp(
         listen_at = edge.parse_address(listen)
     except ValueError as e:
         fail(f"--listen: {e}")
+    try:
+        networks = edge.parse_allow(allow)
+    except ValueError as e:
+        fail(f"--allow: {e}")
     target = edge.make_target(forward, ack_timeout)
     engine = _hl7_engine(key_file, profile, stack, LlmSettings(llm_url, llm_model))
     trail = auditing.open_trail(audit, audit_key_file)
@@ -78,11 +114,13 @@ def mllp(
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                         format="%(asctime)s deid-adapter mllp %(levelname)s %(message)s")
     workers = (os.cpu_count() or 1) if workers is None else workers
-    pool = make_pool(engine, workers)
+    pools = Pools(engine, workers, large_workers)
+    limits = dict(max_frame=max_message_bytes, large_from=large_message_bytes, allow=networks,
+                  message_timeout=message_timeout or _default_message_timeout(engine.__self__.stack))
     try:
         with asyncio.Runner(loop_factory=edge.loop_factory()) as runner:
-            runner.run(_run(engine, listen_at, target, store, pool, max(1, workers), max_message_bytes,
-                            retry_max_delay, dedupe_hours * 3600, audit_hook))
+            runner.run(_run(engine, listen_at, target, store, pools, max(1, workers), retry_max_delay,
+                            dedupe_hours * 3600, audit_hook, limits))
     except OSError as e:
         fail(f"cannot listen on {listen}: {e.strerror or e}")
     except sqlite3.Error as e:
@@ -91,7 +129,15 @@ def mllp(
         typer.echo(f"deid-adapter: mllp stopped: {e}", err=True)
         raise typer.Exit(1)
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        pools.shutdown()
+
+
+def _default_message_timeout(stack) -> float:
+    """An LLM answers in seconds to minutes: a stack that calls one keeps its own time limit (it fails the record
+    closed itself); any other is held to DEFAULT_MESSAGE_TIMEOUT."""
+    if LLM_COMPONENTS & set(STACKS.get(stack.name, ())):
+        return max(edge.DEFAULT_MESSAGE_TIMEOUT, stack.timeout_s)
+    return edge.DEFAULT_MESSAGE_TIMEOUT
 
 
 def _audit_hook(trail, engine) -> edge.AuditHook:
@@ -111,11 +157,12 @@ def _audit_hook(trail, engine) -> edge.AuditHook:
     return record
 
 
-async def _run(deidentify, listen_at, target, store, pool, parallel, max_frame, backoff_cap, dedupe_window_s,
-               audit_hook) -> None:
+async def _run(deidentify, listen_at, target, store, pools: Pools, parallel, backoff_cap, dedupe_window_s,
+               audit_hook, limits: dict) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await edge.serve(deidentify, listen_at, target, store, executor=pool, parallel=parallel, stop=stop,
-                     max_frame=max_frame, backoff_cap=backoff_cap, dedupe_window_s=dedupe_window_s, audit=audit_hook)
+    await edge.serve(deidentify, listen_at, target, store, executor=pools.small, parallel=parallel, stop=stop,
+                     large_executor=pools.large, backoff_cap=backoff_cap, dedupe_window_s=dedupe_window_s,
+                     audit=audit_hook, **limits)

@@ -5,14 +5,18 @@ Nothing here logs or echoes message content: logs carry counts, connection ids a
 
 Responses (one per frame, in order): AA once the de-identified copy is committed to the queue (also for a
 resend of an already queued message); AE when the message is HL7 but cannot be de-identified as given
-(InputError); AR when it was not accepted: bad frame, no MSH, unsupported MSH-18, too large, refused by the
-de-identification policy (RecordRefused), or the queue could not be written (the sender should resend).
+(InputError), or reuses the MSH-10 of a different message; AR when it was not accepted: bad frame, no MSH,
+unsupported MSH-18, too large, refused by the de-identification policy (RecordRefused) or by its time limit
+(WorkerTimeout), or the queue could not be written (the sender should resend).
 """
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import functools
+import hashlib
+import ipaddress
 import itertools
 import logging
 import multiprocessing
@@ -24,21 +28,31 @@ import socket
 import struct
 import time
 import uuid
+import weakref
 from concurrent.futures import BrokenExecutor, Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Optional, Union
+from typing import Awaitable, Callable, Optional, Sequence, Union
 
 from adapter.files import write_atomic
-from adapter.mllp.store import AsyncStore, GroupCommit, Incoming, Queued
+from adapter.mllp.store import QUEUED, REUSED, AsyncStore, GroupCommit, Incoming, Queued
 from fhir_transforms.errors import InputError, RecordRefused
 
 log = logging.getLogger("deid_adapter.mllp")
 
 VT = 0x0B
 END_BLOCK = b"\x1c\r"
-DEFAULT_MAX_FRAME = 128 * 1024 * 1024
+# Real HL7v2 traffic: ADT and ORU are almost all under 64 KiB; the big ones carry a document in OBX-5 (ED, base64),
+# a few MB. 8 MiB takes a base64 PDF of about 6 MB; the engine removes such payloads without scanning them.
+DEFAULT_MAX_FRAME = 8 * 1024 * 1024
+# Messages from this size (characters) on are de-identified in their own lane (BatchedEngine): free text runs at
+# about 2.5 MB/s through the patterns stack, so one takes 0.1 s or more, a hundred times a short ADT.
+LARGE_MESSAGE = 256 * 1024
+# Seconds de-identifying a message may take, per started LARGE_MESSAGE of it, before it is refused (AR) and its
+# worker replaced: a short ADT takes ~1 ms, a 40 KB note ~1 s on the NER stack.
+DEFAULT_MESSAGE_TIMEOUT = 10.0
+OVERSIZE_HEAD = 4096  # bytes of an oversized frame kept to read its MSH, so its NAK carries the sender's MSH-10
 READ_CHUNK = 256 * 1024
 BLANK = b" \t\r\n\x00"
 
@@ -62,10 +76,12 @@ ERROR_NAMES = {100: "Segment sequence error", 102: "Data type error", 103: "Tabl
 
 @dataclass(frozen=True)
 class BadFrame:
-    """A run of bytes that was not a well-formed MLLP frame; `reason` never quotes the bytes."""
+    """A run of bytes that was not a well-formed MLLP frame; `reason` never quotes the bytes. `head`: the start of
+    an oversized frame, for its MSH (never logged)."""
 
     reason: str
     code: int = 100
+    head: bytes = b""
 
 
 class FrameDecoder:
@@ -81,6 +97,7 @@ class FrameDecoder:
         self._open = False      # inside a frame (or a run of stray bytes)
         self._has_start = False
         self._oversize = False
+        self._head = b""
         self._scan = 0          # where to resume searching, so big frames are scanned once
 
     @property
@@ -110,6 +127,8 @@ class FrameDecoder:
                 continue
             if end < 0:
                 if len(self._buf) > self.max_size:
+                    if not self._oversize:
+                        self._head = bytes(self._buf[:OVERSIZE_HEAD])
                     self._oversize = True
                     del self._buf[:-1]  # the last byte may be FS of the end block
                 self._scan = max(0, len(self._buf) - 1)
@@ -118,7 +137,8 @@ class FrameDecoder:
             del self._buf[:end + 2]
             self._open = False
             if self._oversize or end > self.max_size:
-                events.append(BadFrame(f"frame larger than {self.max_size} bytes", 104))
+                head = self._head if self._oversize else payload[:OVERSIZE_HEAD]
+                events.append(BadFrame(f"message larger than the limit of {self.max_size} bytes", 104, head))
             elif not self._has_start:
                 events.append(BadFrame("frame without start block (0x0B)"))
             else:
@@ -288,6 +308,7 @@ class Stats:
     delivered: int = 0
     parked: int = 0
     connections: int = 0
+    dropped: int = 0     # connections from addresses not in --allow
 
     def line(self) -> str:
         return " ".join(f"{k}={v}" for k, v in vars(self).items())
@@ -309,75 +330,202 @@ def deidentify_each(deidentify: Callable[[str], str], texts: list[str]) -> list[
     return results
 
 
+class WorkerTimeout(RecordRefused):
+    """De-identifying a message ran past the listener's time limit: refused (AR), nothing forwarded."""
+
+    def __init__(self, limit_s: float):
+        super().__init__(f"de-identification did not finish within {limit_s:g} s")
+
+
+# The listener's ends of the worker socket pairs: a process forked later must close its copies, or a worker
+# would not see its socket close when the listener closes it.
+_LISTENER_ENDS: "weakref.WeakSet[socket.socket]" = weakref.WeakSet()
+
+
+class WorkerSpawner:
+    """Forks de-identification workers on request. It is itself forked when made, while the listener has one
+    thread, and holds the engine; every worker is forked from it, so a replacement for a worker killed for running
+    too long starts from that clean state, never from a fork of the listener's threaded process. It ignores
+    SIGINT/SIGTERM, reaps its workers as they exit, and exits when its control socket closes."""
+
+    PID = struct.Struct("!q")
+
+    def __init__(self, deidentify: Callable[[str], str]):
+        ours, theirs = socket.socketpair()
+        self._process = multiprocessing.get_context("fork").Process(
+            target=_spawn_workers, args=(theirs, deidentify, [ours, *_LISTENER_ENDS]), daemon=True,
+            name="deid-spawner")
+        self._process.start()
+        theirs.close()
+        self._control = ours
+        _LISTENER_ENDS.add(ours)
+
+    def spawn(self) -> tuple[int, socket.socket]:
+        """(pid, the listener's end of its socket pair) of a new worker; BrokenExecutor when the spawner is gone."""
+        try:
+            self._control.sendall(b"+")
+            data, fds, _, _ = socket.recv_fds(self._control, self.PID.size, 1)
+        except OSError:
+            data, fds = b"", []
+        if len(data) < self.PID.size or not fds:
+            raise BrokenExecutor("the de-identification worker spawner is gone")
+        sock = socket.socket(fileno=fds[0])
+        _LISTENER_ENDS.add(sock)
+        return self.PID.unpack(data)[0], sock
+
+    def close(self) -> None:
+        """Stop the spawner (its workers are their pools' to stop)."""
+        self._control.close()
+        self._process.join(10.0)
+        if self._process.is_alive():
+            self._process.kill()
+            self._process.join()
+
+
+def _spawn_workers(control: socket.socket, deidentify: Callable[[str], str], listener_ends: list[socket.socket]) -> None:
+    """The spawner process: fork a worker for each byte read on `control`, and send back its pid and socket."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # exited workers are reaped by the kernel
+    for sock in listener_ends:
+        sock.close()
+    with control:
+        while control.recv(1):
+            ours, theirs = socket.socketpair()
+            pid = os.fork()
+            if pid == 0:
+                code = 1
+                try:
+                    control.close()
+                    ours.close()
+                    _serve_batches(theirs, deidentify)
+                    code = 0
+                finally:
+                    os._exit(code)
+            theirs.close()
+            socket.send_fds(control, [WorkerSpawner.PID.pack(pid)], [ours.fileno()])
+            ours.close()
+
+
+@dataclass
+class _Worker:
+    pid: int
+    sock: socket.socket
+    reader: Optional[asyncio.StreamReader] = None
+    writer: Optional[asyncio.StreamWriter] = None
+    expired: bool = False  # killed at its call's time limit
+
+    def expire(self) -> None:
+        """Kill the worker: its call ran past the time limit (the exchange then fails, and it is replaced)."""
+        self.expired = True
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+
+
 class WorkerProcesses:
     """Processes that de-identify batches of messages, each on its own socket pair: a batch is one length-prefixed
     pickle each way, written and read by the event loop itself. (A ProcessPoolExecutor puts a manager thread and
     its GIL hand-offs between the loop and the worker: about 0.2 ms of the listener's CPU per call, more than the
-    engine spends on a short ADT.) They are forked when made, before any thread starts, and inherit the engine;
-    they ignore SIGINT/SIGTERM (the listener finishes their work, then closes their sockets) and exit when their
-    socket closes, also when the listener is killed."""
+    engine spends on a short ADT.) They are forked by a WorkerSpawner (made with `engine`, or shared with another
+    pool) and inherit the engine; they ignore SIGINT/SIGTERM (the listener finishes their work, then closes their
+    sockets) and exit when their socket closes, also when the listener is killed. A worker that runs past a
+    call's time limit is killed and replaced."""
 
     HEADER = struct.Struct("!Q")
 
-    def __init__(self, deidentify: Callable[[str], str], count: int):
+    def __init__(self, engine: Union[Callable[[str], str], WorkerSpawner], count: int):
         self.count = max(1, count)
-        self._sockets: list[socket.socket] = []
-        self._processes = []
-        context = multiprocessing.get_context("fork")
-        for _ in range(self.count):
-            ours, theirs = socket.socketpair()
-            process = context.Process(target=_serve_batches, args=(theirs, deidentify, [*self._sockets, ours]),
-                                      daemon=True, name="deid-worker")
-            process.start()
-            theirs.close()
-            self._sockets.append(ours)
-            self._processes.append(process)
-        self._idle: Optional[asyncio.Queue] = None  # idle workers' streams; None in it once one is lost
+        self._own_spawner = not isinstance(engine, WorkerSpawner)
+        self.spawner = WorkerSpawner(engine) if self._own_spawner else engine
+        self._workers = [_Worker(*self.spawner.spawn()) for _ in range(self.count)]
+        self._idle: Optional[asyncio.Queue] = None  # idle workers; None in it once one is lost
 
-    async def run(self, texts: list[str]) -> list[tuple[bool, object]]:
-        """`deidentify_each` of `texts` in the next idle worker. BrokenExecutor once any worker is lost: the
-        listener then stops, as it did when a process pool broke."""
+    @property
+    def pids(self) -> list[int]:
+        """The current workers' process ids."""
+        return [w.pid for w in self._workers]
+
+    async def run(self, texts: list[str], timeout: Optional[float] = None) -> list[tuple[bool, object]]:
+        """`deidentify_each` of `texts` in the next idle worker. WorkerTimeout after `timeout` seconds (the worker
+        is killed and replaced). BrokenExecutor once any worker died: the listener then stops."""
         if self._idle is None:
             self._idle = asyncio.Queue()
-            for sock in self._sockets:
-                self._idle.put_nowait(await asyncio.open_connection(sock=sock, limit=READ_CHUNK))
+            for w in self._workers:
+                await self._open(w)
         worker = await self._idle.get()
         if worker is None:
             self._idle.put_nowait(None)
             raise BrokenExecutor("a de-identification worker died")
-        reader, writer = worker
+        # a timer, not wait_for: no task per call on the hot path
+        deadline = None if timeout is None else asyncio.get_running_loop().call_later(timeout, worker.expire)
         try:
-            data = pickle.dumps(texts, pickle.HIGHEST_PROTOCOL)
-            writer.write(self.HEADER.pack(len(data)) + data)
-            await writer.drain()
-            size = self.HEADER.unpack(await reader.readexactly(self.HEADER.size))[0]
-            results = pickle.loads(await reader.readexactly(size))
+            results = await self._exchange(worker, texts)
         except BaseException as e:  # died, or cancelled mid-exchange: its stream is out of step either way
-            writer.close()
+            if deadline is not None:
+                deadline.cancel()
+            worker.writer.close()
+            if worker.expired:
+                await self._replace(worker)
+                raise WorkerTimeout(timeout) from None
             self._idle.put_nowait(None)
             if isinstance(e, (OSError, EOFError, asyncio.IncompleteReadError)):
                 raise BrokenExecutor("a de-identification worker died") from None
             raise
-        self._idle.put_nowait(worker)
+        if deadline is not None:
+            deadline.cancel()
+        if worker.expired:  # answered just as its time ran out, and killed all the same
+            worker.writer.close()
+            await self._replace(worker)
+        else:
+            self._idle.put_nowait(worker)
         return results
 
+    async def _exchange(self, worker: _Worker, texts: list[str]) -> list[tuple[bool, object]]:
+        data = pickle.dumps(texts, pickle.HIGHEST_PROTOCOL)
+        worker.writer.write(self.HEADER.pack(len(data)) + data)
+        await worker.writer.drain()
+        size = self.HEADER.unpack(await worker.reader.readexactly(self.HEADER.size))[0]
+        return pickle.loads(await worker.reader.readexactly(size))
+
+    async def _open(self, worker: _Worker) -> None:
+        worker.reader, worker.writer = await asyncio.open_connection(sock=worker.sock, limit=READ_CHUNK)
+        self._idle.put_nowait(worker)
+
+    async def _replace(self, worker: _Worker) -> None:
+        """Put a fresh worker in the place of one killed at its time limit."""
+        try:
+            fresh = _Worker(*self.spawner.spawn())
+        except BrokenExecutor:
+            self._idle.put_nowait(None)
+            raise
+        self._workers[self._workers.index(worker)] = fresh
+        log.warning("a de-identification worker ran past its time limit; replaced")
+        await self._open(fresh)
+
     def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
-        """Close every worker's socket (it exits at once) and reap the processes."""
-        for sock in self._sockets:
-            sock.close()
-        for process in self._processes:
-            process.join(10.0 if wait else 0.0)
-            if process.is_alive():
-                process.kill()
-                process.join()
+        """Close every worker's socket (it exits at once), wait for the workers to be gone, stop an own spawner."""
+        for w in self._workers:
+            w.sock.close()
+        end = time.monotonic() + (10.0 if wait else 0.0)
+        for w in self._workers:
+            while _alive(w.pid) and time.monotonic() < end:
+                time.sleep(0.01)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(w.pid, signal.SIGKILL)
+        if self._own_spawner:
+            self.spawner.close()
 
 
-def _serve_batches(sock: socket.socket, deidentify: Callable[[str], str], others: list[socket.socket]) -> None:
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _serve_batches(sock: socket.socket, deidentify: Callable[[str], str]) -> None:
     """A worker process: answer each batch on `sock` until it closes."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    for other in others:  # the listener's ends (this worker's and earlier ones'): holding one keeps it from closing
-        other.close()
     header = WorkerProcesses.HEADER
     with sock, sock.makefile("rb") as incoming:
         while True:
@@ -394,27 +542,28 @@ def _serve_batches(sock: socket.socket, deidentify: Callable[[str], str], others
             sock.sendall(header.pack(len(data)) + data)
 
 
-class BatchedEngine:
+class WorkerLane:
     """De-identification in at most `slots` concurrent calls (one per worker). A call takes a fair share of the
     messages waiting when it starts, so under load one round trip to a worker carries several messages and its
     cost is shared; an idle listener still sends each message at once. The executor may be WorkerProcesses (the
-    CLI's), any concurrent.futures executor, or None (the loop's default threads)."""
+    CLI's), any concurrent.futures executor, or None (the loop's default threads).
+
+    A call that runs past its limit (`timeout` seconds per started LARGE_MESSAGE characters) fails closed: a lone
+    message is refused (WorkerTimeout); the messages of a batch are tried again one at a time, so only the one
+    that runs too long is refused. A worker process is killed and replaced; a thread cannot be, and runs on
+    (`--workers 0`)."""
 
     def __init__(self, deidentify: Callable[[str], str], executor: Union[Executor, WorkerProcesses, None],
-                 slots: int = 1, max_batch: int = 32):
+                 slots: int = 1, max_batch: int = 32, timeout: Optional[float] = None):
         self.deidentify, self.executor = deidentify, executor
-        self.slots = executor.count if isinstance(executor, WorkerProcesses) else max(1, slots)
-        self.max_batch = max_batch
+        self.slots = max(1, slots)
+        self.max_batch, self.timeout = max_batch, timeout
         self._calls: set[asyncio.Task] = set()
         self._waiting: list[tuple[str, asyncio.Future]] = []
 
-    async def settle(self, timeout: float) -> None:
-        """Until the messages in de-identification now are done, or `timeout` seconds: a group commit waits for
-        them, so that messages finishing close together share one audit transaction and one queue commit."""
-        pending = [*self._calls, *(fut for _, fut in self._waiting)]
-        if pending:
-            await asyncio.wait(pending, timeout=timeout)
-            await asyncio.sleep(0)  # their callers run on and submit before the commit starts
+    def in_hand(self) -> list[asyncio.Future]:
+        """The calls running and the messages waiting for one."""
+        return [*self._calls, *(fut for _, fut in self._waiting)]
 
     async def __call__(self, text: str) -> str:
         """The output for one message, or the exception de-identifying it raised."""
@@ -432,13 +581,8 @@ class BatchedEngine:
             call.add_done_callback(self._calls.discard)
 
     async def _run(self, batch: list[tuple[str, asyncio.Future]]) -> None:
-        texts = [text for text, _ in batch]
         try:
-            if isinstance(self.executor, WorkerProcesses):
-                results = await self.executor.run(texts)
-            else:
-                results = await asyncio.get_running_loop().run_in_executor(self.executor, deidentify_each,
-                                                                           self.deidentify, texts)
+            results = await self._results([text for text, _ in batch])
         except asyncio.CancelledError:
             for _, fut in batch:
                 fut.cancel()
@@ -454,6 +598,53 @@ class BatchedEngine:
                 fut.set_exception(value)
         self._calls.discard(asyncio.current_task())  # this slot is free now, before the done callback runs
         self._start_calls()
+
+    async def _results(self, texts: list[str]) -> list[tuple[bool, object]]:
+        parts = max(1, -(-sum(map(len, texts)) // LARGE_MESSAGE))
+        limit = None if self.timeout is None else self.timeout * parts
+        try:
+            if isinstance(self.executor, WorkerProcesses):
+                return await self.executor.run(texts, limit)
+            call = asyncio.get_running_loop().run_in_executor(self.executor, deidentify_each, self.deidentify, texts)
+            try:
+                return await asyncio.wait_for(call, limit)
+            except asyncio.TimeoutError:
+                raise WorkerTimeout(limit) from None
+        except WorkerTimeout as e:
+            if len(texts) == 1:
+                return [(False, e)]
+            return [result for text in texts for result in await self._results([text])]
+
+
+class BatchedEngine:
+    """The listener's de-identification: messages of `large_from` characters or more take their own lane, so a
+    few big messages cannot hold every worker while short ones wait for their ACKs. The large lane runs on
+    `large_executor`, or, when None, on the same executor in at most all but one of its slots."""
+
+    def __init__(self, deidentify: Callable[[str], str], executor: Union[Executor, WorkerProcesses, None],
+                 slots: int = 1, max_batch: int = 32, *,
+                 large_executor: Union[Executor, WorkerProcesses, None] = None,
+                 large_from: int = LARGE_MESSAGE, timeout: Optional[float] = None):
+        slots = executor.count if isinstance(executor, WorkerProcesses) else max(1, slots)
+        self.small = WorkerLane(deidentify, executor, slots, max_batch, timeout)
+        if large_executor is None:
+            self.large = WorkerLane(deidentify, executor, max(1, slots - 1), 1, timeout)
+        else:
+            large_slots = large_executor.count if isinstance(large_executor, WorkerProcesses) else 1
+            self.large = WorkerLane(deidentify, large_executor, large_slots, 1, timeout)
+        self.large_from = large_from
+
+    async def settle(self, timeout: float) -> None:
+        """Until the messages in de-identification now are done, or `timeout` seconds: a group commit waits for
+        them, so that messages finishing close together share one audit transaction and one queue commit."""
+        pending = [*self.small.in_hand(), *self.large.in_hand()]
+        if pending:
+            await asyncio.wait(pending, timeout=timeout)
+            await asyncio.sleep(0)  # their callers run on and submit before the commit starts
+
+    async def __call__(self, text: str) -> str:
+        """The output for one message, or the exception de-identifying it raised."""
+        return await (self.large if len(text) >= self.large_from else self.small)(text)
 
 
 @dataclass(frozen=True)
@@ -483,8 +674,8 @@ class AuditedQueue:
         self.queue_commits = 0
         self._queued: dict[concurrent.futures.Future, asyncio.Future] = {}
 
-    async def submit(self, event: AuditEvent, incoming: Optional[Incoming]) -> Optional[bool]:
-        """Audit `event`, then queue `incoming` (when given); True when queued, False for a resend already queued,
+    async def submit(self, event: AuditEvent, incoming: Optional[Incoming]) -> Optional[str]:
+        """Audit `event`, then queue `incoming` (when given): what the queue answered (QUEUED, RESEND, REUSED), or
         None with nothing to queue. Raises what the audit or the queue raised; a failed audit queues nothing."""
         result = await self.commits.submit((event, incoming))
         if result is None:
@@ -494,10 +685,10 @@ class AuditedQueue:
         if queued is None:  # one loop-side future per group commit, shared by its messages
             queued = self._queued[commit] = asyncio.wrap_future(commit)
             queued.add_done_callback(lambda _: self._queued.pop(commit, None))
-        added = (await queued)[k]
-        if added:
+        outcome = (await queued)[k]
+        if outcome == QUEUED:
             self.store.new_message.set()
-        return added
+        return outcome
 
     def _write(self, items: list[tuple[AuditEvent, Optional[Incoming]]]) -> list:
         self.hook([event for event, _ in items])  # raises: nothing of the group is queued
@@ -525,8 +716,12 @@ class MllpListener:
     def __init__(self, deidentify: Callable[[str], str], store: AsyncStore,
                  executor: Union[Executor, WorkerProcesses, None] = None, parallel: int = 1,
                  *, max_frame: int = DEFAULT_MAX_FRAME, partial_timeout: float = 60.0, stats: Optional[Stats] = None,
-                 on_fatal: Callable[[], None] = lambda: None, audit: Optional[AuditHook] = None):
-        self.engine = BatchedEngine(deidentify, executor, parallel)
+                 on_fatal: Callable[[], None] = lambda: None, audit: Optional[AuditHook] = None,
+                 large_executor: Union[Executor, WorkerProcesses, None] = None, large_from: int = LARGE_MESSAGE,
+                 message_timeout: Optional[float] = DEFAULT_MESSAGE_TIMEOUT, allow: Sequence[IPNetwork] = ()):
+        self.engine = BatchedEngine(deidentify, executor, parallel, large_executor=large_executor,
+                                    large_from=large_from, timeout=message_timeout)
+        self.allow = list(allow)  # empty: every client
         # The first durable step waits for the messages still in de-identification (at most COMMIT_DELAY_S), so
         # that they share its commit; the queue then commits each audited group as one.
         settle = functools.partial(self.engine.settle, self.COMMIT_DELAY_S)
@@ -572,8 +767,13 @@ class MllpListener:
         if self._stopping:
             writer.close()
             return
-        cid = next(self._ids)
         peer = writer.get_extra_info("peername")
+        if self.allow and not allowed(peer[0] if peer else "", self.allow):
+            self.stats.dropped += 1
+            log.warning("connection from %s dropped: not in --allow", peer[0] if peer else "?")
+            writer.transport.abort()
+            return
+        cid = next(self._ids)
         conn = self._conns[cid] = _Connection(cid, asyncio.current_task(), f"{peer[0]}:{peer[1]}" if peer else "?")
         self.stats.connections += 1
         log.info("connection %d opened from %s", cid, peer[0] if peer else "?")
@@ -611,13 +811,14 @@ class MllpListener:
         if isinstance(event, BadFrame):
             self.stats.rejected += 1
             log.warning("connection %d: bad frame: %s", cid, event.reason)
-            return build_ack(None, "AR", event.reason, event.code).encode("ascii")
+            header = _header_or_none(event.head) if event.head else None
+            return build_ack(header, "AR", event.reason, event.code).encode("latin-1", "replace")
         header, codec = None, "latin-1"
         try:
             decoded = decode_message(event)
             codec = decoded.codec
             header = parse_header(decoded.text)
-            ack = await self._accept(header, decoded, cid)
+            ack = await self._accept(header, decoded, cid, number)
         except NotAccepted as e:
             header = header or _header_or_none(event)
             self.stats.rejected += 1
@@ -652,7 +853,7 @@ class MllpListener:
         conn = self._conns.get(cid)
         return conn.peer if conn else "?"
 
-    async def _accept(self, header: Header, decoded: Decoded, cid: int = 0) -> str:
+    async def _accept(self, header: Header, decoded: Decoded, cid: int = 0, number: int = 0) -> str:
         out = await self.engine(decoded.text)
         try:
             body = out.encode(decoded.codec)
@@ -661,16 +862,59 @@ class MllpListener:
         out_control_id = parse_header(out).control_id
         # resends are recognized by the output's control id, a keyed pseudonym of (sender, MSH-10): the
         # store never holds the sender's own id
-        incoming = Incoming(header.sender, header.control_id and out_control_id, out_control_id, decoded.codec, body)
+        incoming = Incoming(header.sender, header.control_id and out_control_id, out_control_id, decoded.codec, body,
+                            content_digest(header, decoded.text))
         if self.audit is not None:  # durable before the message is queued and ACKed; a failure NAKs (AR)
-            added = await self.audit.submit(AuditEvent(self._peer(cid), decoded.text, output=out), incoming)
+            outcome = await self.audit.submit(AuditEvent(self._peer(cid), decoded.text, output=out), incoming)
         else:
-            added = await self.store.enqueue(incoming)
-        if added:
+            outcome = await self.store.enqueue(incoming)
+        if outcome == REUSED:
+            # Forwarded, it would reach downstream under the pseudonym of a control id downstream has already
+            # seen, and a receiver that honours MSH-10 would drop it: a NAK is the only answer that loses nothing.
+            self.stats.errors += 1
+            log.warning("connection %d: message #%d reuses the control id (pseudonym %s) of a different message "
+                        "received within the de-duplication window; answered AE, not forwarded",
+                        cid, number, _cid_text(out_control_id))
+            return build_ack(header, "AE", "MSH-10 was already used for a different message; not forwarded", 207)
+        if outcome == QUEUED:
             self.stats.accepted += 1
         else:
             self.stats.duplicates += 1
         return build_ack(header, "AA")
+
+
+def content_digest(header: Header, text: str) -> str:
+    """SHA-256 of a message less MSH-7, which some senders stamp anew on a resend: a resend has the digest of
+    the original, a different message under the same MSH-10 another one."""
+    body = text.lstrip("\ufeff")
+    msh = header.separator.join(header.fields)
+    kept = header.separator.join(header.fields[:6] + header.fields[7:])
+    return hashlib.sha256((kept + body[len(msh):]).encode("utf-8", "surrogatepass")).hexdigest()
+
+
+IPNetwork = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
+
+
+def parse_allow(texts: Sequence[str]) -> list[IPNetwork]:
+    """CIDRs (or single addresses) → networks; ValueError names the one that is not."""
+    networks = []
+    for text in texts:
+        try:
+            networks.append(ipaddress.ip_network(text.strip(), strict=False))
+        except ValueError:
+            raise ValueError(f"{text!r} is not an IP address or CIDR network") from None
+    return networks
+
+
+def allowed(host: str, networks: Sequence[IPNetwork]) -> bool:
+    """Whether a peer address is in one of `networks` (an IPv4-mapped IPv6 peer counts as its IPv4 address)."""
+    try:
+        address = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return any(address in network for network in networks)
 
 
 def _header_or_none(payload: bytes) -> Optional[Header]:
@@ -895,7 +1139,9 @@ async def serve(deidentify: Callable[[str], str], listen: tuple[str, int], targe
                 stop: Optional[asyncio.Event] = None,
                 max_frame: int = DEFAULT_MAX_FRAME, backoff_cap: float = 30.0, dedupe_window_s: float = 86400.0,
                 stats_every_s: float = 30.0, on_ready: Optional[Callable[[tuple[str, int]], None]] = None,
-                audit: Optional[AuditHook] = None) -> Stats:
+                audit: Optional[AuditHook] = None, large_executor: Union[Executor, WorkerProcesses, None] = None,
+                large_from: int = LARGE_MESSAGE, message_timeout: Optional[float] = DEFAULT_MESSAGE_TIMEOUT,
+                allow: Sequence[IPNetwork] = ()) -> Stats:
     """Run listener and forwarder until `stop` is set: then stop accepting, finish in-flight messages and the
     delivery in hand, and checkpoint the queue. RuntimeError when it had to stop (its workers died)."""
     stop = stop or asyncio.Event()
@@ -903,7 +1149,8 @@ async def serve(deidentify: Callable[[str], str], listen: tuple[str, int], targe
     store = AsyncStore(store_path)
     pruned = await store.prune_received(dedupe_window_s)
     listener = MllpListener(deidentify, store, executor, parallel, max_frame=max_frame, stats=stats,
-                            on_fatal=stop.set, audit=audit)
+                            on_fatal=stop.set, audit=audit, large_executor=large_executor, large_from=large_from,
+                            message_timeout=message_timeout, allow=allow)
     forwarder = Forwarder(store, target, backoff_cap=backoff_cap, stats=stats)
     try:
         address = await listener.start(*listen)

@@ -6,6 +6,9 @@ kill and a power cut. Delivery marks commit with `synchronous=NORMAL` (no fsync 
 checkpoint): a power cut may lose a mark, which only makes the forwarder send that message again, and the
 receiver drops the resend by its MSH-10. Losing a mark is safe; losing a queued message is not.
 Enqueues are group-committed (GroupCommit): every message that arrives while one commit runs is queued by the next one.
+
+De-duplication: a message whose sender and control id were seen within the window is a resend only if its content
+digest matches too; the same control id on different content is a conflict (the listener NAKs it), never dropped.
 """
 from __future__ import annotations
 
@@ -29,6 +32,7 @@ CREATE TABLE IF NOT EXISTS received (       -- de-duplication of sender resends:
     sender TEXT NOT NULL,
     control_id TEXT NOT NULL,
     received_at REAL NOT NULL,
+    digest TEXT NOT NULL DEFAULT '',        -- content digest (see Incoming); '' in stores made before it
     PRIMARY KEY (sender, control_id)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS received_at ON received (received_at);
@@ -47,13 +51,19 @@ CREATE TABLE IF NOT EXISTS parked (         -- downstream answered AE/CE: kept f
 @dataclass(frozen=True)
 class Incoming:
     """A de-identified message ready to queue. `sender`/`sender_control_id` identify the original for de-dup
-    (`sender_control_id`: the output's control id, a keyed pseudonym of the sender's; empty: no de-dup)."""
+    (`sender_control_id`: the output's control id, a keyed pseudonym of the sender's; empty: no de-dup).
+    `digest` tells a resend (same digest) from a different message that reuses the control id."""
 
     sender: str
     sender_control_id: str
     control_id: str
     charset: str
     body: bytes
+    digest: str = ""
+
+
+# What enqueue_many answers for each item.
+QUEUED, RESEND, REUSED = "queued", "resend", "reused"
 
 
 @dataclass(frozen=True)
@@ -76,6 +86,8 @@ class Store:
         self.db.execute("PRAGMA synchronous=FULL")
         self._synchronous = "FULL"
         self.db.executescript(SCHEMA)
+        if "digest" not in {row[1] for row in self.db.execute("PRAGMA table_info(received)")}:
+            self.db.execute("ALTER TABLE received ADD COLUMN digest TEXT NOT NULL DEFAULT ''")
 
     def _synchronous_mode(self, synchronous: str) -> None:
         if synchronous != self._synchronous:  # a statement less per commit while it stays the same
@@ -86,35 +98,39 @@ class Store:
         self._synchronous_mode(synchronous)
         return _Transaction(self.db)
 
-    def enqueue_many(self, items: list[Incoming]) -> list[bool]:
-        """Queue each item unless its (sender, control id) was seen within the window; True when queued.
+    def enqueue_many(self, items: list[Incoming]) -> list[str]:
+        """Queue each item unless its (sender, control id) was seen within the window: QUEUED, RESEND (seen with
+        the same digest, or before digests were kept) or REUSED (seen with another digest; not queued).
 
         A batch without resends (the usual case) takes two statements, not two per item: every statement releases
         and takes back the GIL, and each time the event loop's thread holds it, this thread waits for it."""
         now = time.time()
-        keys = [(it.sender, it.sender_control_id, now) for it in items if it.sender_control_id]
+        keys = [(it.sender, it.sender_control_id, now, it.digest) for it in items if it.sender_control_id]
         if len({key[:2] for key in keys}) == len(keys):
             try:
                 with self._transaction("FULL"):
-                    if self.db.executemany("INSERT OR IGNORE INTO received VALUES (?, ?, ?)", keys).rowcount != len(keys):
+                    if self.db.executemany("INSERT OR IGNORE INTO received VALUES (?, ?, ?, ?)",
+                                           keys).rowcount != len(keys):
                         raise _Resend
                     self.db.executemany("INSERT INTO queue (control_id, charset, body, enqueued_at) VALUES (?, ?, ?, ?)",
                                         [(it.control_id, it.charset, it.body, now) for it in items])
-                return [True] * len(items)
+                return [QUEUED] * len(items)
             except _Resend:
                 pass  # rolled back: the batch holds a resend; find it item by item
         added = []
         with self._transaction("FULL"):
             for it in items:
                 if it.sender_control_id:
-                    cur = self.db.execute("INSERT OR IGNORE INTO received VALUES (?, ?, ?)",
-                                          (it.sender, it.sender_control_id, now))
+                    cur = self.db.execute("INSERT OR IGNORE INTO received VALUES (?, ?, ?, ?)",
+                                          (it.sender, it.sender_control_id, now, it.digest))
                     if cur.rowcount == 0:
-                        added.append(False)
+                        seen = self.db.execute("SELECT digest FROM received WHERE sender = ? AND control_id = ?",
+                                               (it.sender, it.sender_control_id)).fetchone()[0]
+                        added.append(RESEND if seen in ("", it.digest) else REUSED)
                         continue
                 self.db.execute("INSERT INTO queue (control_id, charset, body, enqueued_at) VALUES (?, ?, ?, ?)",
                                 (it.control_id, it.charset, it.body, now))
-                added.append(True)
+                added.append(QUEUED)
         return added
 
     def pending(self, after_id: int = 0, limit: int = 256) -> list[Queued]:
@@ -242,12 +258,12 @@ class AsyncStore:
     async def _call(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
 
-    async def enqueue(self, item: Incoming) -> bool:
-        """Queue one message durably; returns once committed (False: a resend of a queued message)."""
-        added = await self.enqueues.submit(item)
-        if added:
+    async def enqueue(self, item: Incoming) -> str:
+        """Queue one message durably; returns once committed: QUEUED, RESEND or REUSED (see Store.enqueue_many)."""
+        outcome = await self.enqueues.submit(item)
+        if outcome == QUEUED:
             self.new_message.set()
-        return added
+        return outcome
 
     async def pending(self, after_id: int = 0, limit: int = 256) -> list[Queued]:
         return await self._call(self.store.pending, after_id, limit)

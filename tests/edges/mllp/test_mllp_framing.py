@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from adapter.mllp.listener import BadFrame, FrameDecoder, NotAccepted, build_ack, decode_message, frame, parse_header, read_ack
+from adapter.mllp.listener import DEFAULT_MAX_FRAME, BadFrame, FrameDecoder, NotAccepted, build_ack, decode_message, frame, parse_header, read_ack
 
 MSG = ("MSH|^~\\&|LAB|NORTH|EHR|SOUTH|20240101120000||ORU^R01^ORU_R01|CTRL-1|P|2.5.1\r"
        "PID|1||12345^^^H^MR||DOE^JOHN\r")
@@ -48,8 +48,19 @@ def test_oversize_frame_is_skipped_and_next_frame_read():
 def test_large_frame_in_many_chunks():
     body = b"MSH|^~\\&|" + b"x" * 20_000_000
     data = frame(body)
-    events = feed_all(FrameDecoder(), [data[i:i + 65536] for i in range(0, len(data), 65536)])
+    events = feed_all(FrameDecoder(max_size=32 * 1024 * 1024), [data[i:i + 65536] for i in range(0, len(data), 65536)])
     assert events == [body]
+
+
+def test_the_default_limit_takes_a_document_message_and_names_itself_when_exceeded():
+    """8 MiB: a message with a ~6 MB base64 PDF passes; a larger one is one BadFrame that names the limit and
+    keeps the start of the message, so its NAK can carry the sender's MSH-10."""
+    assert DEFAULT_MAX_FRAME == 8 * 1024 * 1024
+    document = MSG.encode() + b"OBX|1|ED|PDF||^application^pdf^Base64^" + b"QUJD" * 2_000_000 + b"\r"
+    assert FrameDecoder().feed(frame(document)) == [document]
+    events = FrameDecoder().feed(frame(document + b"QUJD" * 200_000))
+    assert len(events) == 1 and events[0].code == 104 and "8388608 bytes" in events[0].reason
+    assert parse_header(events[0].head.decode("latin-1")).control_id == "CTRL-1"
 
 
 @pytest.mark.parametrize("msh18, raw, codec", [
