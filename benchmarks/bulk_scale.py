@@ -111,7 +111,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bulk-scale-") as tmp:
         work = Path(tmp)
         key = work / "bench.key"
-        subprocess.run([sys.executable, "-m", "adapter.cli.main", "keys", "init", str(key)], cwd=ROOT, check=True,
+        subprocess.run([sys.executable, "-m", "adapter.cli", "keys", "init", str(key)], cwd=ROOT, check=True,
                        capture_output=True)
         print("| input MB | resources | engine | seconds | MB/s | resources/s | CPU s | peak memory MB | output digest |")
         print("|---|---|---|---|---|---|---|---|---|", flush=True)
@@ -121,7 +121,7 @@ def main() -> None:
             resources = sum(sum(1 for line in p.open("rb") if line.strip()) for p in export.glob("*.ndjson"))
             for name in args.engines:
                 out = work / f"out-{mb:g}-{name}"
-                cmd = [sys.executable, "-m", "adapter.cli.main", "bulk", str(export), str(out), "--key-file", str(key),
+                cmd = [sys.executable, "-m", "adapter.cli", "bulk", str(export), str(out), "--key-file", str(key),
                        "--today", "2026-01-15", "--validate", args.validate, "--stack", "patterns", *ENGINES[name]]
                 seconds, cpu, peak = timed_run(cmd)
                 results.setdefault(mb, {})[name] = (size / 1e6 / seconds, cpu, peak, digest(out))

@@ -16,7 +16,7 @@ OUT="${OUT:-$ROOT/benchmarks/out/llm-eval-$(date +%Y%m%d-%H%M%S)}"
 : "${DEID_ADAPTER_LLM_MODEL:=qwen2.5:7b-instruct}"
 export DEID_ADAPTER_LLM_URL DEID_ADAPTER_LLM_MODEL
 CLI="${CLI:-deid-adapter}"
-command -v "$CLI" >/dev/null || CLI="python -m adapter.cli.main"
+command -v "$CLI" >/dev/null || CLI="python -m adapter.cli"
 
 [ -f "$GOLD" ] || { echo "llm_eval: gold file not found: $GOLD" >&2; exit 2; }
 curl -fsS "$DEID_ADAPTER_LLM_URL/api/tags" >/dev/null \

@@ -196,7 +196,7 @@ async def end_to_end(payloads: list[bytes], connections: int, workers: int, key_
             target=run_edge_only, args=(port, server.sockets[0].getsockname()[1], tmp / "edge.sqlite"), daemon=True)
         proc.start()
     else:
-        proc = subprocess.Popen([sys.executable, "-m", "adapter.cli.main", "mllp", "--listen", f"{HOST}:{port}",
+        proc = subprocess.Popen([sys.executable, "-m", "adapter.cli", "mllp", "--listen", f"{HOST}:{port}",
                                  "--forward", f"{HOST}:{server.sockets[0].getsockname()[1]}",
                                  "--store", str(tmp / "queue.sqlite"), "--key-file", str(key_file),
                                  "--stack", "patterns", "--workers", str(workers), *audit],

@@ -60,7 +60,7 @@ def main() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {k: v for k, v in os.environ.items() if not k.startswith("DEID_ADAPTER_")}
-    server = subprocess.Popen([sys.executable, "-m", "adapter.cli.main", "serve", "--port", str(port), "--tokens",
+    server = subprocess.Popen([sys.executable, "-m", "adapter.cli", "serve", "--port", str(port), "--tokens",
                                str(tmp / "tokens.json"), "--key-file", str(key_file), "--stack", "patterns",
                                "--workers", str(args.clients)], cwd=ROOT, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -70,7 +70,7 @@ def run_cli(*args: str, key_file: Path | None = None, check: bool = False) -> su
     env = {k: v for k, v in os.environ.items() if not k.startswith("DEID_ADAPTER_")}
     if key_file:
         env["DEID_ADAPTER_KEY_FILE"] = str(key_file)
-    proc = subprocess.run([sys.executable, "-m", "adapter.cli.main", *args], cwd=ROOT, env=env, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "adapter.cli", *args], cwd=ROOT, env=env, capture_output=True, text=True)
     if check and proc.returncode != 0:
         raise AssertionError(f"exit {proc.returncode}: {proc.stderr[-2000:]}")
     return proc

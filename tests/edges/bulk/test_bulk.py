@@ -45,7 +45,7 @@ def note_text(doc_ref: dict) -> str:
 
 
 def cli(*args: str, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "adapter.cli.main", *args], cwd=ROOT, capture_output=True, text=True, **kwargs)
+    return subprocess.run([sys.executable, "-m", "adapter.cli", *args], cwd=ROOT, capture_output=True, text=True, **kwargs)
 
 
 def test_layout_manifest_and_summary(reference):
@@ -186,7 +186,7 @@ def test_killed_at_random_points_and_resumed_writes_the_same_bytes(reference, tm
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
     out = tmp_path / "out"
-    args = [sys.executable, "-m", "adapter.cli.main", "bulk", str(SAMPLE), str(out), "--key-file", str(test_key_file),
+    args = [sys.executable, "-m", "adapter.cli", "bulk", str(SAMPLE), str(out), "--key-file", str(test_key_file),
             "--today", TODAY, "--workers", "2", "--stack", "patterns", "--chunk-kb", "8"]
     chunks = 0
     kills = []

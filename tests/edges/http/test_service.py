@@ -40,7 +40,7 @@ def server(tmp_path_factory, test_key_file):
     log = open(workdir / "server.log", "w")
     env = {k: v for k, v in os.environ.items() if not k.startswith("DEID_ADAPTER_")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "adapter.cli.main", "serve", "--port", str(port), "--tokens", str(tokens),
+        [sys.executable, "-m", "adapter.cli", "serve", "--port", str(port), "--tokens", str(tokens),
          "--key-file", str(test_key_file), "--today", "2026-01-15", "--max-body-mb", "3", "--workers", "2",
          "--audit", str(workdir / "audit.sqlite"), "--audit-key-file", str(audit_key)],
         cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT)

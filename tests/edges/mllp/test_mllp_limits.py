@@ -10,7 +10,7 @@ import pytest
 
 from adapter.mllp import listener as mllp
 from adapter.mllp.listener import frame, read_ack
-from tests.test_mllp_listener import (HOST, IdempotentReceiver, MllpSender, _alive, adt, fake_deidentify,
+from tests.edges.mllp.test_mllp_listener import (HOST, IdempotentReceiver, MllpSender, _alive, adt, fake_deidentify,
                                       pseudonymize_control_id, run, running_service, wait_for)
 from adapter.cli.mllp import _default_message_timeout
 

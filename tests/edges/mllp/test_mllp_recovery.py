@@ -37,7 +37,7 @@ def free_port() -> int:
 
 def start_listener(port: int, forward: str, store, key, log) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DEID_ADAPTER_")}
-    cmd = [sys.executable, "-m", "adapter.cli.main", "mllp", "--listen", f"{HOST}:{port}", "--forward", forward,
+    cmd = [sys.executable, "-m", "adapter.cli", "mllp", "--listen", f"{HOST}:{port}", "--forward", forward,
            "--store", str(store), "--key-file", str(key), "--stack", "patterns", "--retry-max-delay", "0.5",
            "--workers", "2"]
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
