@@ -33,6 +33,7 @@ from fhir_transforms.rules import ProfileError, load_profile
 from text_deid.stack import LlmSettings, StackUnavailable, build_stack
 import conformance
 from adapter.audit.trail import AuditError
+from fhir_transforms.hl7v2 import message as er7
 from fhir_transforms.hl7v2.engine import HL7Deidentifier
 
 FHIR_JSON = "application/fhir+json"
@@ -245,7 +246,10 @@ def create_app(config: ServiceConfig) -> FastAPI:
                                                                           config.clock)
             except StackUnavailable as e:
                 raise HttpError(503, "transient", str(e)) from None
-        text = raw.decode("utf-8", errors="replace")
+        try:
+            text = er7.decode_bytes(raw)  # as files and MLLP frames are read: never a replaced character
+        except InputError as e:
+            raise HttpError(400, "invalid", str(e)) from None
 
         async def work():
             out = await run(map_errors(deid.deidentify_file_text), text)

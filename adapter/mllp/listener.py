@@ -37,6 +37,7 @@ from typing import Awaitable, Callable, Optional, Sequence, Union
 
 from adapter.files import write_atomic
 from adapter.mllp.store import QUEUED, REUSED, AsyncStore, GroupCommit, Incoming, Queued
+from fhir_transforms.hl7v2 import message as er7
 from fhir_transforms.errors import InputError, RecordRefused
 
 log = logging.getLogger("deid_adapter.mllp")
@@ -55,18 +56,6 @@ DEFAULT_MESSAGE_TIMEOUT = 10.0
 OVERSIZE_HEAD = 4096  # bytes of an oversized frame kept to read its MSH, so its NAK carries the sender's MSH-10
 READ_CHUNK = 256 * 1024
 BLANK = b" \t\r\n\x00"
-
-# HL7 table 0211 (MSH-18) → Python codec. UTF-16/32 cannot be carried by byte-oriented MLLP framing.
-HL7_CHARSETS = {
-    "ASCII": "ascii", "ISO IR6": "ascii",
-    "8859/1": "latin-1", "ISO IR100": "latin-1", "8859/2": "iso8859-2", "ISO IR101": "iso8859-2",
-    "8859/3": "iso8859-3", "ISO IR109": "iso8859-3", "8859/4": "iso8859-4", "ISO IR110": "iso8859-4",
-    "8859/5": "iso8859-5", "ISO IR144": "iso8859-5", "8859/6": "iso8859-6", "ISO IR127": "iso8859-6",
-    "8859/7": "iso8859-7", "ISO IR126": "iso8859-7", "8859/8": "iso8859-8", "ISO IR138": "iso8859-8",
-    "8859/9": "iso8859-9", "ISO IR148": "iso8859-9", "8859/15": "iso8859-15",
-    "UNICODE UTF-8": "utf-8", "UNICODE": "utf-8", "UTF-8": "utf-8",
-    "GB 18030-2000": "gb18030", "KS X 1001": "euc_kr", "BIG-5": "big5", "ISO IR87": "iso2022_jp",
-}
 
 ERROR_NAMES = {100: "Segment sequence error", 102: "Data type error", 103: "Table value not found",
                104: "Value too long", 207: "Application internal error"}
@@ -161,39 +150,15 @@ class NotAccepted(ValueError):
         self.code = code
 
 
-@dataclass(frozen=True)
-class Decoded:
-    text: str
-    codec: str
-
-
-def _msh_field_bytes(payload: bytes, n: int) -> bytes:
-    seg = re.split(rb"[\r\n]", payload, maxsplit=1)[0]
-    fields = seg.split(seg[3:4]) if len(seg) > 3 else []
-    return fields[n - 1] if len(fields) >= n else b""
-
-
-def decode_message(payload: bytes) -> Decoded:
-    """Decode by MSH-18; never raises on bytes. No MSH-18: UTF-8, else Latin-1. A declared charset that
-    does not fit the bytes falls back the same way (senders often say ASCII and send UTF-8); an unknown
-    MSH-18 raises NotAccepted, because guessing could garble names the detectors must see."""
-    if payload.startswith(b"\xef\xbb\xbf"):
-        payload = payload[3:]
-    if not payload.startswith(b"MSH") or len(payload) < 8:
+def decode_message(payload: bytes) -> er7.Decoded:
+    """A frame's text, read as files and HTTP bodies are (fhir_transforms/hl7v2/message.py); a frame that does not
+    start with MSH, or whose bytes cannot be read without guessing, is not accepted."""
+    if not payload.lstrip(b"\xef\xbb\xbf").startswith(b"MSH") or len(payload) < 8:
         raise NotAccepted("message does not start with an MSH segment", 100)
-    rep = payload[5:6] or b"~"
-    label = _msh_field_bytes(payload, 18).split(rep)[0].decode("ascii", "replace").strip().upper()
-    codecs = ["utf-8", "latin-1"]
-    if label:
-        if label not in HL7_CHARSETS:
-            raise NotAccepted(f"unsupported character set {label[:24]!r} in MSH-18 (HL7 table 0211)", 103)
-        codecs.insert(0, HL7_CHARSETS[label])
-    for codec in codecs:
-        try:
-            return Decoded(payload.decode(codec), codec)
-        except UnicodeDecodeError:
-            continue
-    raise AssertionError("latin-1 decodes every byte")
+    try:
+        return er7.read_bytes(payload)
+    except er7.CharsetError as e:
+        raise NotAccepted(str(e), 103) from None
 
 
 @dataclass(frozen=True)
@@ -236,13 +201,10 @@ def parse_header(text: str) -> Header:
 
 
 def _escape(text: str, sep: str, enc: str) -> str:
-    """HL7-escape free text for an ACK, keeping printable ASCII only and at most 200 characters."""
-    text = "".join(ch if " " <= ch <= "~" else "?" for ch in text)[:200]
+    """Free text for an ACK: printable ASCII only, at most 200 characters, escaped as every value is."""
+    printable = "".join(ch if " " <= ch <= "~" else "?" for ch in text)[:200]
     comp, rep, esc, sub = (enc + "^~\\&"[len(enc):])[:4]
-    out = text.replace(esc, f"{esc}E{esc}")
-    for ch, code in ((sep, "F"), (comp, "S"), (rep, "R"), (sub, "T")):
-        out = out.replace(ch, f"{esc}{code}{esc}")
-    return out
+    return er7.escape(printable, er7.Delimiters(sep, comp, rep, esc, sub))
 
 
 def _version_tuple(version: str) -> tuple[int, ...]:
@@ -853,7 +815,7 @@ class MllpListener:
         conn = self._conns.get(cid)
         return conn.peer if conn else "?"
 
-    async def _accept(self, header: Header, decoded: Decoded, cid: int = 0, number: int = 0) -> str:
+    async def _accept(self, header: Header, decoded: er7.Decoded, cid: int = 0, number: int = 0) -> str:
         out = await self.engine(decoded.text)
         try:
             body = out.encode(decoded.codec)

@@ -17,8 +17,19 @@ SEGMENT_ID_RE = re.compile(r"^[A-Z][A-Z0-9]{2}$")
 HEADERS = ("MSH", "BHS", "FHS")  # segments that carry their own delimiters in fields 1 and 2
 ENVELOPE = ("FHS", "BHS", "BTS", "FTS")
 HEX_RE = re.compile(r"^[0-9A-Fa-f]+$")
-CHARSETS = {"": "utf-8", "ASCII": "ascii", "UNICODE UTF-8": "utf-8", "UTF-8": "utf-8", "8859/1": "latin-1",
-            "8859/15": "iso8859-15", "WINDOWS-1252": "cp1252", "CP1252": "cp1252"}
+# HL7 table 0211 (MSH-18) → Python codec, with the Windows code page senders declare although 0211 lacks it.
+# UTF-16/32 cannot be carried in byte-oriented ER7 files or MLLP frames.
+CHARSETS = {
+    "ASCII": "ascii", "ISO IR6": "ascii",
+    "8859/1": "latin-1", "ISO IR100": "latin-1", "8859/2": "iso8859-2", "ISO IR101": "iso8859-2",
+    "8859/3": "iso8859-3", "ISO IR109": "iso8859-3", "8859/4": "iso8859-4", "ISO IR110": "iso8859-4",
+    "8859/5": "iso8859-5", "ISO IR144": "iso8859-5", "8859/6": "iso8859-6", "ISO IR127": "iso8859-6",
+    "8859/7": "iso8859-7", "ISO IR126": "iso8859-7", "8859/8": "iso8859-8", "ISO IR138": "iso8859-8",
+    "8859/9": "iso8859-9", "ISO IR148": "iso8859-9", "8859/15": "iso8859-15",
+    "UNICODE UTF-8": "utf-8", "UNICODE": "utf-8", "UTF-8": "utf-8",
+    "GB 18030-2000": "gb18030", "KS X 1001": "euc_kr", "BIG-5": "big5", "ISO IR87": "iso2022_jp",
+    "WINDOWS-1252": "cp1252", "CP1252": "cp1252",
+}
 
 
 @dataclass(frozen=True)
@@ -188,23 +199,53 @@ class Message:
         return "".join(fs.join(s.parts) + "\r" for s in self.segments)
 
 
-def decode_bytes(data: bytes) -> str:
-    """Bytes of a file or frame to text: a BOM is dropped; UTF-8, else the charset named in MSH-18."""
+class CharsetError(InputError):
+    """Bytes that cannot be read as text without guessing: an unknown MSH-18, or bytes that fit neither UTF-8
+    nor the charset MSH-18 declares (or MSH-18 declares none)."""
+
+
+@dataclass(frozen=True)
+class Decoded:
+    text: str
+    codec: str  # how the bytes were read, and how an answer to them is written
+
+
+def msh18(data: bytes) -> str:
+    """MSH-18's first repetition, upper-case, read from the bytes before they are decoded ('' if none)."""
+    m = re.search(rb"MSH(.)(.)?(.)?", data)
+    if not m:
+        return ""
+    msh = data[m.start():].split(b"\r", 1)[0].split(b"\n", 1)[0].split(m.group(1))
+    return msh[17].split(m.group(3) or b"~")[0].decode("ascii", "replace").strip().upper() if len(msh) > 17 else ""
+
+
+def read_bytes(data: bytes) -> Decoded:
+    """The one way HL7v2 bytes become text, for files, MLLP frames and HTTP bodies alike. A BOM is dropped.
+    Valid UTF-8 is read as UTF-8 (senders often declare ASCII or 8859/1 and send UTF-8); other bytes are read
+    in the charset MSH-18 declares. Anything else is a CharsetError: characters are never replaced or guessed,
+    because a garbled name is one the detectors cannot find."""
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]
+    label = msh18(data)
+    if label and label not in CHARSETS:
+        raise CharsetError(f"MSH-18: unknown character set {label[:24]!r} (HL7 table 0211)")
     try:
-        return data.decode("utf-8")
+        return Decoded(data.decode("utf-8"), "utf-8")
     except UnicodeDecodeError:
         pass
-    m = re.search(rb"MSH(.)", data)
-    charset = ""
-    if m:
-        msh = data[m.start():].split(b"\r", 1)[0].split(b"\n", 1)[0].split(m.group(1))
-        charset = msh[17].split(b"^")[0].decode("ascii", "replace").strip().upper() if len(msh) > 17 else ""
-    codec = CHARSETS.get(charset)
-    if not codec or codec in ("utf-8", "ascii"):
-        raise InputError("not UTF-8 text and MSH-18 names no charset we can read")
-    return data.decode(codec)
+    codec = CHARSETS.get(label)
+    if codec in (None, "utf-8", "ascii"):
+        raise CharsetError("not UTF-8 text, and MSH-18 declares no other character set" if not label else
+                           f"the bytes are not valid in the character set MSH-18 declares ({label})")
+    try:
+        return Decoded(data.decode(codec), codec)
+    except UnicodeDecodeError:
+        raise CharsetError(f"the bytes are not valid in the character set MSH-18 declares ({label})") from None
+
+
+def decode_bytes(data: bytes) -> str:
+    """The text of HL7v2 bytes (see `read_bytes`)."""
+    return read_bytes(data).text
 
 
 def split_segments(text: str) -> list[str]:

@@ -108,6 +108,24 @@ def test_hl7v2_call(server):
     assert [s[:3] for s in resp.text.strip("\r").split("\r")] == [s[:3] for s in message.decode().strip("\r").split("\r")]
 
 
+LATIN1_ADT = ("MSH|^~\\&|LAB|NORTH|EHR|SOUTH|20240101120000||ADT^A01|L1-{n}|P|2.5.1||||||{msh18}\r"
+              "PID|1||12345^^^H^MR||Müller^Jürgen||19600101|M\r"
+              "NTE|1||Jürgen Müller called back\r")
+
+
+@pytest.mark.parametrize("msh18, status", [("8859/1", 200), ("", 400)])
+def test_hl7v2_bytes_are_read_by_msh18_never_with_replaced_characters(server, msh18, status):
+    """A Latin-1 message is read as Latin-1 when MSH-18 says so (the name is then found in the note); undeclared
+    non-UTF-8 bytes are a 400, as files and MLLP frames are refused, never read with U+FFFD in place of "ü"."""
+    message = LATIN1_ADT.format(n=status, msh18=msh18).encode("latin-1")
+    resp = httpx.post(server["base"] + "/hl7v2/$de-identify", content=message, timeout=60,
+                      headers={"Content-Type": "x-application/hl7-v2+er7", "Authorization": f"Bearer {server['token']}"})
+    assert resp.status_code == status, resp.text[:300]
+    assert "ller" not in resp.text and "\ufffd" not in resp.text
+    if status == 400:
+        assert resp.json()["resourceType"] == "OperationOutcome"
+
+
 def test_metadata_is_a_valid_capability_statement_naming_the_operation(server):
     resp = httpx.get(server["base"] + "/fhir/metadata", headers={"Authorization": f"Bearer {server['token']}"})
     cap = resp.json()

@@ -65,18 +65,28 @@ def test_the_default_limit_takes_a_document_message_and_names_itself_when_exceed
 
 @pytest.mark.parametrize("msh18, raw, codec", [
     ("", "DÖE".encode("utf-8"), "utf-8"),
-    ("", "DÖE".encode("latin-1"), "latin-1"),
     ("8859/1", "DÖE".encode("latin-1"), "latin-1"),
     ("UNICODE UTF-8", "DÖE 李".encode("utf-8"), "utf-8"),
     ("ASCII", "DÖE".encode("utf-8"), "utf-8"),          # mislabelled, as senders often do
-    ("UNICODE UTF-8", "DÖE".encode("latin-1"), "latin-1"),  # not UTF-8 after all: never crash
     ("8859/5", "ИВАНОВ".encode("iso8859-5"), "iso8859-5"),
+    ("WINDOWS-1252", "DÖE – Müller".encode("cp1252"), "cp1252"),
 ])
 def test_charset_from_msh18(msh18, raw, codec):
     payload = b"MSH|^~\\&|A|B|C|D|20240101||ADT^A01|1|P|2.5||||||" + msh18.encode() + b"\rPID|1||||" + raw + b"\r"
     decoded = decode_message(payload)
     assert decoded.codec == codec
     assert decoded.text.encode(codec) == payload
+
+
+@pytest.mark.parametrize("msh18, raw", [
+    ("", "MÜLLER".encode("latin-1")),               # undeclared and not UTF-8: never guessed
+    ("UNICODE UTF-8", "MÜLLER".encode("latin-1")),  # declared UTF-8, and it is not
+])
+def test_bytes_that_cannot_be_read_without_guessing_are_not_accepted(msh18, raw):
+    payload = b"MSH|^~\\&|A|B|C|D|20240101||ADT^A01|1|P|2.5||||||" + msh18.encode() + b"\rPID|1||||" + raw + b"\r"
+    with pytest.raises(NotAccepted) as e:
+        decode_message(payload)
+    assert e.value.code == 103 and "LLER" not in str(e.value)
 
 
 def test_unknown_charset_and_non_hl7_are_not_accepted():
