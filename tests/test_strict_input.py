@@ -139,3 +139,17 @@ def test_an_OUTPUT_that_is_a_file_exits_2_before_anything_is_audited(tmp_path, t
     assert result.exit_code == 2 and "is not a folder" in result.output
     assert not store.exists()
     assert (tmp_path / "out").read_text() == "a file"
+
+
+# --- bulk -------------------------------------------------------------------------------------------------
+
+def test_bulk_refuses_deep_and_duplicated_lines_and_finishes_the_run(tmp_path):
+    from tests.bulk_support import run_bulk
+
+    (tmp_path / "in").mkdir()
+    lines = [json.dumps(PATIENT), json.dumps(nested(150)), DUPLICATED.replace('"p1"', '"p3"'), json.dumps(dict(PATIENT, id="p4"))]
+    (tmp_path / "in" / "Patient.000.ndjson").write_text("\n".join(lines) + "\n")
+    out = run_bulk(tmp_path / "out", tmp_path / "in", workers=1)
+    summary = json.loads((out / "deid-summary.json").read_text())
+    assert summary["resources"] == {"Patient": 2}
+    assert [(r["line"], r["reason"]) for r in summary["refusals"]] == [(2, "invalid-json"), (3, "invalid-json")]
