@@ -1,6 +1,7 @@
 """Read FHIR inputs (a Bundle or resource .json, an .ndjson file, a folder of those) and write outputs atomically."""
 from __future__ import annotations
 
+import io
 import json
 import os
 import tempfile
@@ -85,7 +86,13 @@ def serialize(resources: list[dict], ndjson: bool) -> bytes:
     """Deterministic bytes: same resources → same bytes."""
     if ndjson:
         return "".join(json.dumps(r, ensure_ascii=False, separators=(",", ":")) + "\n" for r in resources).encode()
-    return (json.dumps(resources[0], ensure_ascii=False, indent=2) + "\n").encode()
+    # json.dumps with indent first lists every chunk (millions for a large bundle); dump streams them instead
+    buffer = io.BytesIO()
+    text = io.TextIOWrapper(buffer, encoding="utf-8", newline="")
+    json.dump(resources[0], text, ensure_ascii=False, indent=2)
+    text.write("\n")
+    text.detach()
+    return buffer.getvalue()
 
 
 def check_inside(target: Path, root: Path) -> None:
