@@ -82,6 +82,7 @@ def create_app(config: ServiceConfig) -> FastAPI:
         code = {404: "not-found", 405: "not-supported"}.get(e.status_code, "processing")
         return Response(json.dumps(outcome(code, str(e.detail))).encode(), status_code=e.status_code,
                         media_type=FHIR_JSON, headers=getattr(e, "headers", None))
+
     registry = CollectorRegistry()
     requests_total = Counter("deid_requests_total", "Requests by operation and status", ["operation", "status"], registry=registry)
     latency = Histogram("deid_request_seconds", "Request latency", ["operation"], registry=registry,
