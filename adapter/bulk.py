@@ -30,7 +30,7 @@ from typing import Callable, Iterable, Iterator, TypeVar
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from adapter import audit, fhir_files
+from adapter import audit, fhir_files, json_input
 from fhir_transforms import dates, known as known_ids, references
 from fhir_transforms.errors import DetectorFailed, InputError, RecordRefused
 from fhir_transforms.keys import Key, key_id_for
@@ -170,9 +170,11 @@ def discover(root: Path) -> tuple[list[str], list[dict], str, dict]:
 
 
 def _json_or_none(raw: bytes):
+    """The strictly parsed JSON (adapter/json_input.py), or None: a duplicate key or a resource nested too
+    deep is a refused line, never an error that ends the run."""
     try:
-        return json.loads(raw)
-    except ValueError:
+        return json_input.loads(raw)
+    except json_input.JsonInputError:
         return None
 
 
