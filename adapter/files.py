@@ -1,15 +1,18 @@
 """Read FHIR inputs (a Bundle or resource .json, an .ndjson file, a folder of those) and write outputs atomically."""
 from __future__ import annotations
 
+import io
 import json
 import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from adapter import json_input
 from fhir_transforms.errors import InputError
 
 SUFFIXES = (".json", ".ndjson")
+BOM = b"\xef\xbb\xbf"
 
 
 @dataclass
@@ -39,36 +42,41 @@ def list_inputs(root: Path) -> list[tuple[Path, Path]]:
 
 
 def read(path: Path, rel: Path) -> FhirFile:
-    """Parse a file; InputError names the path and what is wrong (JSON errors give line and column only)."""
+    """Parse a file strictly (adapter/json_input.py); InputError names the path and what is wrong, never a value.
+
+    The text is decoded only for parsing and dropped after, so a large bundle is not held twice."""
     try:
-        raw = path.read_text(encoding="utf-8-sig")
+        data = path.read_bytes().removeprefix(BOM)
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise InputError(f"{path}: not UTF-8 text") from None
     except OSError as e:
         raise InputError(f"{path}: {e.strerror}") from None
     if path.suffix == ".ndjson":
+        del text
         resources, lines = [], []
-        for n, line in enumerate(raw.splitlines(), 1):
+        for n, line in enumerate(data.splitlines(), 1):
             if line.strip():
                 resources.append(_loads(line, f"{path}: line {n}"))
-                lines.append(line.encode())
+                lines.append(line)
         if resources and not any("resourceType" in r for r in resources):
             raise NoResources(f"{path}: holds no FHIR resources (no line has a resourceType); skipped")
         for n, r in enumerate(resources, 1):
             if "resourceType" not in r:
                 raise InputError(f"{path}: resource {n} has no resourceType")
         return FhirFile(path, rel, True, resources, lines)
-    doc = _loads(raw, str(path))
+    doc = _loads(text, str(path))
+    del text
     if "resourceType" not in doc:
         raise NoResources(f"{path}: not a FHIR resource (no resourceType); skipped")
-    return FhirFile(path, rel, False, [doc], [raw.encode()])
+    return FhirFile(path, rel, False, [doc], [data])
 
 
-def _loads(text: str, where: str) -> dict:
+def _loads(text: str | bytes, where: str) -> dict:
     try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise InputError(f"{where}: invalid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+        doc = json_input.loads(text)
+    except json_input.JsonInputError as e:
+        raise InputError(f"{where}: {e}") from None
     if not isinstance(doc, dict):
         raise InputError(f"{where}: a FHIR resource must be a JSON object")
     return doc
@@ -78,12 +86,39 @@ def serialize(resources: list[dict], ndjson: bool) -> bytes:
     """Deterministic bytes: same resources → same bytes."""
     if ndjson:
         return "".join(json.dumps(r, ensure_ascii=False, separators=(",", ":")) + "\n" for r in resources).encode()
-    return (json.dumps(resources[0], ensure_ascii=False, indent=2) + "\n").encode()
+    # json.dumps with indent first lists every chunk (millions for a large bundle); dump streams them instead
+    buffer = io.BytesIO()
+    text = io.TextIOWrapper(buffer, encoding="utf-8", newline="")
+    json.dump(resources[0], text, ensure_ascii=False, indent=2)
+    text.write("\n")
+    text.detach()
+    return buffer.getvalue()
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write to a temporary file beside `path`, then rename: readers never see a partial file."""
+def check_inside(target: Path, root: Path) -> None:
+    """Refuse (InputError) a target under `root` that a link inside `root` would send elsewhere, or whose
+    folder cannot be made: the nearest part of its folder that exists, links followed, must be a folder
+    inside `root`."""
+    existing = target.parent
+    while not os.path.lexists(existing):
+        if existing == root or existing == existing.parent:
+            return  # nothing of it exists yet, so no link can be in it
+        existing = existing.parent
+    if not existing.resolve().is_relative_to(root.resolve()):
+        raise InputError(f"{target}: a link inside {root} leads outside it; not written")
+    if not existing.is_dir():
+        raise InputError(f"{target}: {existing} is not a folder; not written")
+
+
+def write_atomic(path: Path, data: bytes, root: Path | None = None) -> None:
+    """Write to a temporary file beside `path`, then rename: readers never see a partial file. With `root`,
+    the folder written into must lie inside it (checked before and after creating it; a link at `path`
+    itself is replaced, never followed)."""
+    if root is not None:
+        check_inside(path, root)
     path.parent.mkdir(parents=True, exist_ok=True)
+    if root is not None:
+        check_inside(path, root)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:

@@ -22,6 +22,9 @@ from pathlib import Path
 KEY_FILE_ENV = "DEID_ADAPTER_KEY_FILE"
 PURPOSES = ("pseudonym", "audit", "vault", "review")
 ID_PREFIX = {"pseudonym": "k-", "audit": "a-", "vault": "v-", "review": "r-"}
+# 32 random bytes hold ~30 distinct values; fewer than 16 happens by chance with odds below 1e-15,
+# but is what an all-zero, one-byte or short repeated secret (a placeholder, a test key) looks like.
+MIN_DISTINCT_BYTES = 16
 
 
 class KeyError_(ValueError):
@@ -146,6 +149,9 @@ def load_key(path: str | os.PathLike | None = None, purpose: str = "pseudonym") 
         raise KeyError_(f"key file {p} is not a deid-adapter key file") from None
     if len(secret) < 32:
         raise KeyError_(f"key file {p}: secret shorter than 256 bits")
+    if len(set(secret)) < MIN_DISTINCT_BYTES:
+        raise KeyError_(f"key file {p}: secret is degenerate (all zero, one repeated byte or a short pattern); "
+                        f"create a new key with `deid-adapter keys init`")
     declared = body.get("purpose", "pseudonym")
     if declared != purpose:
         raise KeyError_(f"key file {p} is a {declared} key, not a {purpose} key")

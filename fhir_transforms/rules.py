@@ -12,7 +12,6 @@ from fhir_transforms.methods import METHODS
 import mappings
 
 MAPPINGS = Path(mappings.__file__).resolve().parent / "fhir"
-PROFILES = ("safe-harbor", "longitudinal", "longitudinal-fpe")
 
 
 class ProfileError(ValueError):
@@ -70,13 +69,20 @@ def check_options(method: str, options: dict, where: str) -> None:
             raise ProfileError(f"{where}: {e}") from None
 
 
+@lru_cache(maxsize=None)
+def profile_names(folder: Path) -> frozenset[str]:
+    """The profiles a mappings folder holds (its *.yaml names), listed once: a profile is chosen from these
+    by exact name, and no name given at run time is ever joined to a path."""
+    return frozenset(p.stem for p in folder.glob("*.yaml"))
+
+
 def read_profile_file(folder: Path, name: str, sections: tuple[str, ...] = ("rules",)) -> dict:
     """A profile's YAML with `extends` resolved: the child's `sections` (rule tables) are merged into the
     base's, key by key; every other key of the child replaces the base's. FHIR and HL7v2 profiles share this."""
-    path = folder / f"{name}.yaml"
-    if not path.exists():
-        raise ProfileError(f"unknown profile {name!r} (known: {', '.join(PROFILES)})")
-    doc = yaml.safe_load(path.read_text())
+    known = profile_names(folder)
+    if name not in known:
+        raise ProfileError(f"unknown profile {str(name)[:64]!r} (known: {', '.join(sorted(known))})")
+    doc = yaml.safe_load((folder / f"{name}.yaml").read_text())
     if "extends" not in doc:
         return doc
     base = read_profile_file(folder, doc["extends"], sections)

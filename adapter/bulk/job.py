@@ -31,6 +31,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from adapter.audit import trail as audit
 from adapter import files as fhir_files
+from adapter import json_input
 from fhir_transforms import known as known_ids
 from fhir_transforms.r4 import references
 from fhir_transforms.errors import (DetectorFailed, InputError, LeakFound, OutputInvalid, RecordRefused,
@@ -172,9 +173,11 @@ def discover(root: Path) -> tuple[list[str], list[dict], str, dict]:
 
 
 def _json_or_none(raw: bytes):
+    """The strictly parsed JSON (adapter/json_input.py), or None: a duplicate key or a resource nested too
+    deep is a refused line, never an error that ends the run."""
     try:
-        return json.loads(raw)
-    except ValueError:
+        return json_input.loads(raw)
+    except json_input.JsonInputError:
         return None
 
 

@@ -45,7 +45,6 @@ def fhir(
 ) -> None:
     """De-identify FHIR R4 input into OUTPUT. Bad files are reported and skipped; the exit code says so."""
     engine = fhir_engine(key_file, profile, stack, validate is Validation.full, today, LlmSettings(llm_url, llm_model))
-    account = auditing.open_session(engine, "fhir", audit, audit_key_file, actor, vault, vault_key_file)
     if input.resolve() == output.resolve():
         fail("OUTPUT must differ from INPUT")
     try:
@@ -55,10 +54,16 @@ def fhir(
     single = input.is_file()
     if not inputs:
         fail(f"{input}: no .json or .ndjson files")
+    if not single and output.exists() and not output.is_dir():
+        fail(f"{output}: exists and is not a folder (INPUT is a folder)")
+    root = output if output.is_dir() or not single else None  # a folder written into: no link may lead out of it
+    account = auditing.open_session(engine, "fhir", audit, audit_key_file, actor, vault, vault_key_file)
     counts = {"written": 0, "bad_input": 0, "refused": 0, "skipped": 0, "resources": 0}
     for path, rel in inputs:
         target = (output / rel.name if output.is_dir() else output) if single else output / rel
         try:
+            if root is not None:
+                fhir_files.check_inside(target, root)  # before anything is audited
             f = fhir_files.read(path, rel)
             results, audited = [], []
             for n, (res, raw) in enumerate(zip(f.resources, f.raw), 1):
@@ -70,7 +75,7 @@ def fhir(
                 audited.append((raw, res["resourceType"], result.findings, where))
             data = fhir_files.serialize(results, f.ndjson)
             auditing.record_file(account, audited, data, f.ndjson)  # durable before the output exists
-            fhir_files.write_atomic(target, data)
+            fhir_files.write_atomic(target, data, root)
         except AuditError as e:
             fail(str(e))
         except fhir_files.NoResources as e:

@@ -22,7 +22,9 @@ from typing import Callable
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from adapter import json_input
 from adapter.http.auth import Client, TokenStore
 from fhir_transforms import dates
 from fhir_transforms.errors import DetectorFailed, InputError, LeakFound, RecordRefused
@@ -30,7 +32,7 @@ from fhir_transforms.keys import Key
 from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.r4.record import Deidentifier
 from fhir_transforms.rules import ProfileError, load_profile
-from text_deid.stack import LlmSettings, StackUnavailable, build_stack
+from text_deid.stack import DEFAULT_STACK, LlmSettings, StackUnavailable, build_stack
 import conformance
 from adapter.audit.trail import AuditError
 from fhir_transforms.hl7v2 import message as er7
@@ -61,7 +63,7 @@ class ServiceConfig:
     workers: int = 2
     clock: Callable[[], date] = dates.today
     audit: object | None = None  # adapter.audit.trail.AuditTrail; None records nothing (--audit off)
-    engines: dict = field(default_factory=dict)
+    engines: dict = field(default_factory=dict)  # by (profile, stack) as loaded, never as a request spelled them
     llm: LlmSettings | None = None  # the Ollama endpoint of the LLM stacks (None: the environment)
 
 
@@ -84,6 +86,14 @@ def create_app(config: ServiceConfig) -> FastAPI:
         pool.shutdown(wait=False, cancel_futures=True)
 
     app = FastAPI(title="deid-adapter", version="0.1.0", docs_url=None, redoc_url=None, lifespan=lifespan)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def routing_error(_request: Request, e: StarletteHTTPException) -> Response:
+        """No such route (404) or method (405): an OperationOutcome like every other error."""
+        code = {404: "not-found", 405: "not-supported"}.get(e.status_code, "processing")
+        return Response(json.dumps(outcome(code, str(e.detail))).encode(), status_code=e.status_code,
+                        media_type=FHIR_JSON, headers=getattr(e, "headers", None))
+
     registry = CollectorRegistry()
     requests_total = Counter("deid_requests_total", "Requests by operation and status", ["operation", "status"], registry=registry)
     latency = Histogram("deid_request_seconds", "Request latency", ["operation"], registry=registry,
@@ -92,7 +102,9 @@ def create_app(config: ServiceConfig) -> FastAPI:
     detector_time = Histogram("deid_detector_seconds", "Detector wall time per record", ["detector"], registry=registry)
 
     def engine(profile: str | None, stack: str | None) -> Deidentifier:
-        key = (profile or config.profile, stack or config.stack)
+        # load_profile and build_stack accept only exact known names, so the cache holds at most one
+        # engine per profile x stack, however many spellings requests try
+        key = (profile or config.profile, stack or config.stack or DEFAULT_STACK)
         if key not in config.engines:
             try:
                 config.engines[key] = Deidentifier(load_profile(key[0]), Pseudonymizer(config.key),
@@ -202,9 +214,9 @@ def create_app(config: ServiceConfig) -> FastAPI:
         raw = await body(request, JSON_TYPES)
         digest = hashlib.sha256(raw).hexdigest()
         try:
-            doc = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as e:
-            raise HttpError(400, "structure", f"invalid JSON: {getattr(e, 'msg', type(e).__name__)}") from None
+            doc = json_input.loads(raw)
+        except json_input.JsonInputError as e:
+            raise HttpError(400, "structure", str(e)) from None
         if not isinstance(doc, dict):
             raise HttpError(400, "structure", "the body must be a FHIR resource (a JSON object)")
         wrapped = doc.get("resourceType") == "Parameters"

@@ -1,0 +1,107 @@
+"""Strict JSON for every input edge (CLI files, NDJSON lines, HTTP bodies, bulk lines): a duplicate key or
+nesting deeper than MAX_DEPTH is bad input, never "last one wins" or a RecursionError further on.
+
+Errors name a place (line and column, or a key path such as `entry[3].resource.name[0]`), never a value.
+"""
+from __future__ import annotations
+
+import json
+import re
+
+from fhir_transforms.errors import InputError
+
+# Real FHIR nests far less: a Bundle entry's resource is 4 levels down, and a Questionnaire ten items deep
+# with nested extensions stays under 40. The engine (walker, R4B validation) recurses once or twice per
+# level and meets Python's recursion limit near 300 levels; 100 leaves room on both sides.
+MAX_DEPTH = 100
+_ELEMENT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")  # a key path shows only element-like names
+
+
+class JsonInputError(InputError):
+    """Input that is not acceptable JSON: syntax, a duplicate key, or nested too deeply."""
+
+
+class _DuplicateKey(Exception):
+    pass
+
+
+def _unique_pairs(pairs: list) -> dict:
+    doc = dict(pairs)
+    if len(doc) != len(pairs):
+        raise _DuplicateKey
+    return doc
+
+
+class _Duplicated(dict):
+    """Stands in for an object with a duplicate key on the second (error-path only) parse."""
+
+    key = ""
+
+
+def _mark_duplicates(pairs: list) -> dict:
+    doc = dict(pairs)
+    if len(doc) == len(pairs):
+        return doc
+    marked = _Duplicated(pairs)
+    seen = set()
+    marked.key = next(k for k, _ in pairs if k in seen or seen.add(k))
+    return marked
+
+
+_CONTAINERS = frozenset({dict, list, _Duplicated})
+
+
+def loads(text: str | bytes) -> object:
+    """json.loads that refuses duplicate keys and nesting deeper than MAX_DEPTH (JsonInputError)."""
+    try:
+        doc = json.loads(text, object_pairs_hook=_unique_pairs)
+    except _DuplicateKey:
+        doc = _too_deep_or_duplicate(json.loads(text, object_pairs_hook=_mark_duplicates))
+    except json.JSONDecodeError as e:
+        raise JsonInputError(f"invalid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+    except RecursionError:  # json's own C parser gives up near Python's recursion limit
+        raise JsonInputError(f"JSON nested deeper than {MAX_DEPTH} levels") from None
+    except UnicodeDecodeError:
+        raise JsonInputError("not UTF-8 text") from None
+    if not _within_depth(doc):
+        raise JsonInputError(f"JSON nested deeper than {MAX_DEPTH} levels")
+    return doc
+
+
+def _within_depth(doc: object) -> bool:
+    """Whether no container sits deeper than MAX_DEPTH: an iterative walk over containers only (exact
+    class tests, not isinstance: this runs on every input and is the larger part of its cost)."""
+    stack = [(doc, 1)] if doc.__class__ in _CONTAINERS else []
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return False
+        for value in node if node.__class__ is list else node.values():
+            if value.__class__ in _CONTAINERS:
+                stack.append((value, depth + 1))
+    return True
+
+
+def _too_deep_or_duplicate(doc: object) -> None:
+    """Raise for a document the marking parse built: too deep first (its path would be long), else the
+    first duplicate in document order, by key path."""
+    if not _within_depth(doc):
+        raise JsonInputError(f"JSON nested deeper than {MAX_DEPTH} levels")
+    stack = [(doc, "")]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, _Duplicated):
+            where = _join(path, node.key) or "the top level"
+            raise JsonInputError(f"duplicate JSON key at {where}")
+        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        for k, v in reversed(list(items)):
+            if isinstance(v, (dict, list)):
+                stack.append((v, _join(path, k)))
+    raise JsonInputError("duplicate JSON key")
+
+
+def _join(path: str, key) -> str:
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    name = key if _ELEMENT_NAME.fullmatch(key) else "?"
+    return f"{path}.{name}" if path else name

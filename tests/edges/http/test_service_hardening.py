@@ -1,0 +1,102 @@
+"""The HTTP service under strict input (issue #17): bad bodies, unknown routes and unknown profiles answer
+OperationOutcomes with 4xx, and the engine cache stays bounded however requests spell a profile.
+
+A real uvicorn server on a free port, run in this process so that the test can look at its engine cache."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+
+import httpx
+import pytest
+import uvicorn
+from fhir.resources.R4B import get_fhir_model_class
+
+from adapter.http.service import ServiceConfig, create_app
+from adapter.http.auth import TokenStore, add_client
+from fhir_transforms import rules
+from tests.conftest import FIXED_TODAY
+
+FHIR = {"Content-Type": "application/fhir+json"}
+PATIENT = {"resourceType": "Patient", "id": "p1", "name": [{"family": "Zyxwortel"}], "birthDate": "1971-04-05"}
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory, test_key):
+    tokens = tmp_path_factory.mktemp("service") / "tokens.json"
+    token = add_client(tokens, "interface-engine", ["fhir", "metadata"])
+    config = ServiceConfig(test_key, TokenStore.load(tokens), stack="patterns", clock=lambda: FIXED_TODAY)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(create_app(config), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    for _ in range(200):
+        if server.started:
+            break
+        time.sleep(0.05)
+    yield {"base": f"http://127.0.0.1:{port}", "token": token, "config": config}
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+def post(service, body, path="/fhir/$de-identify") -> httpx.Response:
+    content = body if isinstance(body, (str, bytes)) else json.dumps(body)
+    return httpx.post(service["base"] + path, content=content, timeout=60,
+                      headers={**FHIR, "Authorization": f"Bearer {service['token']}"})
+
+
+def outcome_of(resp: httpx.Response, status: int) -> str:
+    """The response's diagnostics, after checking it is a valid OperationOutcome with `status`."""
+    assert resp.status_code == status, resp.text[:500]
+    assert resp.headers["content-type"].startswith("application/fhir+json")
+    body = resp.json()
+    get_fhir_model_class("OperationOutcome").model_validate(body)
+    return body["issue"][0]["diagnostics"]
+
+
+def with_profile(profile: str) -> dict:
+    return {"resourceType": "Parameters", "parameter": [{"name": "resource", "resource": PATIENT},
+                                                        {"name": "profile", "valueString": profile}]}
+
+
+def test_a_duplicate_key_is_400_naming_the_path_not_the_values(service):
+    resp = post(service, '{"resourceType": "Patient", "name": [{"family": "Zyxwortel", "family": "Quorvath"}]}')
+    diagnostics = outcome_of(resp, 400)
+    assert diagnostics == "duplicate JSON key at name[0].family"
+
+
+@pytest.mark.parametrize("levels", [150, 5000])  # 300 JSON levels failed in the engine, 10,000 in json itself
+def test_deep_json_is_400_not_500(service, levels):
+    ext = '{"url": "http://example.org/x", "valueString": "v"}'
+    for _ in range(levels):
+        ext = '{"url": "http://example.org/x", "extension": [' + ext + ']}'
+    resp = post(service, '{"resourceType": "Patient", "extension": [' + ext + ']}')
+    assert "nested deeper than 100 levels" in outcome_of(resp, 400)
+
+
+def test_unknown_routes_and_methods_are_operation_outcomes(service):
+    assert outcome_of(httpx.get(service["base"] + "/no/such/thing"), 404) == "Not Found"
+    assert outcome_of(httpx.get(service["base"] + "/fhir/$de-identify"), 405) == "Method Not Allowed"
+
+
+def test_a_profile_outside_the_packaged_set_is_refused(service, tmp_path):
+    """Any YAML file on the server (here a copy of safe-harbor: a site's edit of it would still call itself that)."""
+    (tmp_path / "keeps-dates.yaml").write_text((rules.MAPPINGS / "safe-harbor.yaml").read_text())
+    resp = post(service, with_profile(os.path.relpath(tmp_path / "keeps-dates", rules.MAPPINGS)))
+    assert "unknown profile" in outcome_of(resp, 400)
+
+
+def test_many_spellings_of_a_profile_do_not_grow_the_engine_cache(service):
+    engines = service["config"].engines
+    assert post(service, with_profile("safe-harbor")).status_code == 200
+    before = dict(engines)
+    for n in range(1, 21):
+        resp = post(service, with_profile("./" * n + "safe-harbor"))
+        assert "unknown profile" in outcome_of(resp, 400)
+    assert post(service, PATIENT).status_code == 200  # the default profile and stack: the same engine
+    assert engines == before and len(engines) == 1
