@@ -3,16 +3,17 @@ each call exactly as the same call made alone."""
 from __future__ import annotations
 
 import base64
+import html
 import json
 import os
 import random
 import threading
-from pathlib import Path
 
 import pytest
 
-from tests.conftest import SHARED
+from tests.conftest import SHARED, run_cli
 from tests.ollama_stub import OllamaStub
+from tests.service_support import post, serve
 from text_deid.detectors.llm import LlmSettings
 from text_deid.spans import KnownIdentifier
 from text_deid.stack import StackUnavailable, TextStack, build_stack
@@ -134,3 +135,50 @@ def test_the_llm_stacks_answer_every_concurrent_call_as_alone(ollama, name):
     report(name, compared, mismatches)
     assert compared == THREADS * len(calls)
     assert mismatches == 0
+
+
+def _patients() -> list[dict]:
+    """Patients whose narrative is a tuning record or a shared note, holding an MRN that only the note gives."""
+    notes = [r["text"] for r in _tuning()[:20]] + _shared_notes()[:4]
+    return [{"resourceType": "Patient", "id": f"p{i}", "identifier": [{"system": "urn:mrn", "value": f"MRN-{i:06d}"}],
+             "name": [{"family": f"Zelbrin{i}", "given": ["Quorva"]}],
+             "text": {"status": "generated", "div": f'<div xmlns="http://www.w3.org/1999/xhtml">MRN 77{i:05d}. '
+                      f'{html.escape(note)}</div>'}}
+            for i, note in enumerate(notes)]
+
+
+def test_the_service_under_8_concurrent_clients_answers_as_the_cli(tmp_path, test_key_file):
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    for i, patient in enumerate(_patients()):
+        (inputs / f"patient-{i:03d}.json").write_text(json.dumps(patient))
+    for example in sorted((SHARED / "fhir" / "hl7-r4-examples").glob("*.json")):
+        (inputs / example.name).write_bytes(example.read_bytes())
+    run_cli("fhir", str(inputs), str(tmp_path / "cli"), "--stack", "patterns", "--today", "2026-01-15",
+            key_file=test_key_file, check=True)
+    names = sorted(p.name for p in inputs.iterdir())
+    # the service serializes compactly, the CLI with indentation: the CLI's output in the service's bytes
+    expected = {n: json.dumps(json.loads((tmp_path / "cli" / n).read_text()), ensure_ascii=False).encode() for n in names}
+    workdir = tmp_path / "service"
+    workdir.mkdir()
+    compared, mismatches = [0], []
+    lock = threading.Lock()
+    with serve(workdir, test_key_file, "--stack", "patterns", "--workers", "2") as server:
+        def client(seed: int) -> None:
+            order = list(names)
+            random.Random(seed).shuffle(order)
+            for name in order:
+                resp = post(server, (inputs / name).read_bytes())
+                with lock:
+                    compared[0] += 1
+                    if resp.status_code != 200 or resp.content != expected[name]:
+                        mismatches.append(name)
+
+        threads = [threading.Thread(target=client, args=(seed,)) for seed in range(THREADS)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    print(f"\nservice vs CLI: {THREADS} clients, {compared[0]} answers compared, {len(mismatches)} differ")
+    assert compared[0] == THREADS * len(names)
+    assert mismatches == []

@@ -4,8 +4,9 @@ Design notes
 ------------
 * Pattern definitions and checksum logic are borrowed from presidio-analyzer's predefined
   recognizers (SSN, credit card, IP, e-mail, URL, DEA, NPI) -- but every regex runs here, with
-  the `regex` module and a per-call `timeout=`.  Presidio skips a pattern whose regex times out
-  (fail open); this detector raises `DetectorError` instead (fail closed).  Error messages name
+  the `regex` module under one deadline per text (each search gets `timeout=` what is left of it, and
+  loops look at it between matches).  Presidio skips a pattern whose regex times out (fail open); this
+  detector raises `DetectorError` instead (fail closed), and so stops working on that text.  Error messages name
   the stage only, never text from the input.
 * Presidio's AnalyzerEngine is never called, and its e-mail `validate_result` (tldextract, which
   tries the network) is never used: e-mail domains are checked locally.
@@ -286,6 +287,13 @@ def vin_check_digit_ok(vin: str) -> bool:
     return vin[8] == ("X" if check == 10 else str(check))
 
 
+@lru_cache(maxsize=1024)
+def _phone_matches(window: str, region: str) -> tuple[tuple[int, int], ...]:
+    """phonenumbers' valid numbers in a short digit-dense window, as offsets in it. Cached: it costs ~1 ms a
+    window, and text that repeats one window (a table, or "1.1.1.") would pay it again for each."""
+    return tuple((m.start, m.end) for m in phonenumbers.PhoneNumberMatcher(window, region, leniency=phonenumbers.Leniency.VALID))
+
+
 def _digits(s: str) -> str:
     return "".join(filter(str.isdigit, s))
 
@@ -320,13 +328,15 @@ class _Scan:
 
 
 class PatternDetector:
-    """Regex/checksum detector for shaped PHI.  Fails closed (DetectorError) on any regex timeout."""
+    """Regex/checksum detector for shaped PHI.  Fails closed (DetectorError) past its deadline.  Thread-safe:
+    what one call needs lives in its own _Scan."""
 
     name = DETECTOR
-    bounds_own_time = True  # every regex call carries `timeout=` (see _iter): the stack runs it in-thread
+    bounds_own_time = True  # every search stops at the text's deadline (see _Scan): the stack runs it in-thread
 
-    def __init__(self, timeout: float = 1.0, timeout_per_mb: float = 2.0, phone_region: str = "US"):
-        # every regex call gets `timeout + timeout_per_mb * MB of input` seconds
+    def __init__(self, timeout: float = 2.0, timeout_per_mb: float = 8.0, phone_region: str = "US"):
+        # each text gets `timeout + timeout_per_mb * MB of input` seconds (an ordinary note needs under 1 s per MB),
+        # or less where the record's deadline (budget.current()) comes sooner
         self.timeout = float(timeout)
         self.timeout_per_mb = float(timeout_per_mb)
         self.phone_region = phone_region
@@ -361,7 +371,6 @@ class PatternDetector:
             r"(?<![\w@.\-/])(?:" + UrlRecognizer.PATTERNS[1].regex.removeprefix("(?i)") + r")(?![\w@\-])",
             regex.IGNORECASE,
         )
-        self._leniency = phonenumbers.Leniency.VALID
         # cheap anchors: each stage scans with a fast regex, then applies its full pattern locally
         self._a_month = regex.compile(r"\b" + _trie("jan feb mar apr may jun jul aug sep oct nov dec".split()))
         # the forms of _DATE_SRC that start at the month, matched there, and those that start before it, searched
@@ -623,9 +632,8 @@ class PatternDetector:
                         res.append(self._span(m.start(), m.end(), self._phone_category(scan, m.start()), 0.6))
             if 10 <= nd <= 15 and not any(cs <= s and e <= ce for cs, ce in covered):
                 # phonenumbers on this short window only (international / unformatted numbers)
-                for pm in phonenumbers.PhoneNumberMatcher(a.group(), self.phone_region, leniency=self._leniency):
-                    ps, pe = s + pm.start, s + pm.end
-                    res.append(self._span(ps, pe, self._phone_category(scan, ps), 0.7))
+                for ms, me in _phone_matches(a.group(), self.phone_region):
+                    res.append(self._span(s + ms, s + me, self._phone_category(scan, s + ms), 0.7))
         return res
 
     # e-mail / URL / IP --------------------------------------------------------------------------------
