@@ -43,9 +43,10 @@ def ordinary_note(size: int) -> str:
 
 def digits_and_separators(size: int) -> str:
     rnd = random.Random(0)
-    parts = []
-    while sum(map(len, parts)) < size:
+    parts, length = [], 0
+    while length < size:
         parts.append("".join(rnd.choice("0123456789") for _ in range(rnd.randint(1, 4))) + rnd.choice("-./ ()"))
+        length += len(parts[-1])
     return "".join(parts)[:size]
 
 
