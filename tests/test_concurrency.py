@@ -111,15 +111,25 @@ def test_the_no_llm_stack_answers_every_concurrent_call_as_alone():
     assert mismatches == 0
 
 
+class GoldStub(OllamaStub):
+    """Answers a detector request with the scripted items, and a question about a span only with a scripted verdict
+    (UNSURE when none is scripted), though the question's excerpt may hold a record's text too."""
+
+    def _rule(self, prompt: str):
+        rule = super()._rule(prompt)
+        question = prompt.startswith("Suggested type:")
+        return rule if rule is None or question == ("verdict" in rule.answer) else None
+
+
 @pytest.fixture(scope="module")
 def ollama():
-    """The test Ollama server, answering each tuning record's gold identifiers, and NOT_PHI for some questions."""
+    """The test Ollama server, answering each tuning record's gold identifiers, and NOT_PHI about some spans."""
     saved = {k: os.environ.pop(k, None) for k in ("DEID_ADAPTER_LLM_URL", "DEID_ADAPTER_LLM_MODEL")}
-    with OllamaStub() as stub:
+    with GoldStub() as stub:
+        for word in ("Parkinson", "Wilson", "Hodgkin", "Smith", "Boston"):  # the span, as the question marks it
+            stub.verdict(f"⟦{word}", "NOT_PHI")
         for rec in _tuning():
             stub.answer(rec["text"][:60], [(rec["text"][s["start"]:s["end"]], s["category"]) for s in rec["spans"]])
-        for word in ("Parkinson", "Wilson", "Hodgkin", "the"):
-            stub.verdict(word, "NOT_PHI")
         yield stub
     os.environ.update({k: v for k, v in saved.items() if v is not None})
 
