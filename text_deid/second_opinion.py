@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 
-from text_deid import prompts
+from text_deid import budget, prompts
 from text_deid.detectors.llm import LlmSettings, LlmUnavailable, OllamaEndpoint, UnusableAnswer
 from text_deid.spans import DetectorError, Span
 from text_deid.validation import FACILITY_RE
@@ -71,6 +71,7 @@ class SecondOpinion:
         return [s for s in spans if s not in vetoed]
 
     def _verdict(self, text: str, span: Span) -> str:
+        budget.check(NAME)  # past the record's deadline, no more requests
         messages = self.prompts.second_opinion_messages(span.category, text[span.start:span.end], excerpt(text, span))
         for _ in range(2):
             try:

@@ -1,6 +1,7 @@
 """Stacks: which detectors run on a text. Stacks are data; detectors are looked up by name."""
 from __future__ import annotations
 
+import contextvars
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -8,7 +9,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from text_deid import merge, safe_harbor
+from text_deid import budget, merge, safe_harbor
 from text_deid.detectors import Detector
 from text_deid.detectors.gazetteer import GazetteerDetector
 from text_deid.detectors.known_identifiers import KnownIdentifierDetector
@@ -112,7 +113,8 @@ class TextStack:
                     timings: dict[str, float] | None = None) -> list[list[Span]]:
         """Spans for each text: detectors run in parallel, results filtered and merged by union.
 
-        Any detector error or timeout raises DetectorError: the caller must fail the record closed.
+        Any detector error, or the record's deadline passing (`timeout_s`, or the caller's `budget.within`),
+        raises DetectorError: the caller must fail the record closed.
         `timings`, when given, receives each detector's wall time in seconds.
         """
         known = tuple(known)
@@ -120,27 +122,35 @@ class TextStack:
             return []
         # records repeat the same strings ("Well child visit (procedure)"): detect each distinct text once
         unique = list(dict.fromkeys(texts))
-        # Detectors that bound their own time run in this thread while the pool runs the others: handing a
-        # short text to a thread and back costs more than the regular expressions themselves.
-        pooled = [d for d in self.detectors if not getattr(d, "bounds_own_time", False)]
-        futures = {d.name: self._executor().submit(_run, d, unique, known) for d in pooled}
-        results = {d.name: _result(d.name, lambda: _run(d, unique, known), self.timeout_s)
-                   for d in self.detectors if d.name not in futures}
-        for name, future in futures.items():
-            results[name] = _result(name, lambda: future.result(timeout=self.timeout_s), self.timeout_s)
-        per_detector = []
-        for d in self.detectors:
-            found, seconds = results[d.name]
-            per_detector.append(found)
-            if timings is not None:
-                timings[d.name] = timings.get(d.name, 0.0) + seconds
-        by_text = {}
-        for i, text in enumerate(unique):
-            spans = [s for found in per_detector for s in found[i]]
-            _check_offsets(spans, len(text))
-            for span_filter in self.filters:
-                spans = span_filter(spans, text)
-            by_text[text] = merge.union(safe_harbor.filter_spans(spans, text))
+        # One deadline for the record: the stack's limit, or the caller's (budget.within) where that is sooner.
+        with budget.within(self.timeout_s) as deadline:
+            # Detectors that bound their own time run in this thread while the pool runs the others: handing a
+            # short text to a thread and back costs more than the regular expressions themselves. Pooled ones
+            # get the deadline in their context, and stop at it.
+            pooled = [d for d in self.detectors if not getattr(d, "bounds_own_time", False)]
+            futures = {d.name: self._executor().submit(contextvars.copy_context().run, _run, d, unique, known)
+                       for d in pooled}
+            try:
+                results = {d.name: _result(d.name, lambda: _run(d, unique, known), deadline)
+                           for d in self.detectors if d.name not in futures}
+                for name, future in futures.items():
+                    results[name] = _result(name, lambda: future.result(timeout=_left(deadline)), deadline)
+            finally:
+                for future in futures.values():  # a failed record: what has not started never does
+                    future.cancel()
+            per_detector = []
+            for d in self.detectors:
+                found, seconds = results[d.name]
+                per_detector.append(found)
+                if timings is not None:
+                    timings[d.name] = timings.get(d.name, 0.0) + seconds
+            by_text = {}
+            for i, text in enumerate(unique):
+                spans = [s for found in per_detector for s in found[i]]
+                _check_offsets(spans, len(text))
+                for span_filter in self.filters:
+                    spans = span_filter(spans, text)  # the second opinion asks under the deadline too
+                by_text[text] = merge.union(safe_harbor.filter_spans(spans, text))
         return [by_text[text] for text in texts]
 
     def detect(self, text: str, known: Sequence[KnownIdentifier] = ()) -> list[Span]:
@@ -150,22 +160,32 @@ class TextStack:
 def _run(detector: Detector, texts: Sequence[str], known: tuple[KnownIdentifier, ...]) -> tuple[list[list[Span]], float]:
     start = time.perf_counter()
     batch = getattr(detector, "detect_many", None)
-    found = batch(texts, known) if batch else [detector.detect(t, known) if t.strip() else [] for t in texts]
+    if batch:
+        found = batch(texts, known)
+    else:
+        found = []
+        for t in texts:
+            budget.check(detector.name)  # past the record's deadline, the thread stops at the next text
+            found.append(detector.detect(t, known) if t.strip() else [])
     return found, time.perf_counter() - start
 
 
-def _result(name: str, get: Callable[[], tuple[list[list[Span]], float]], timeout_s: float):
+def _left(deadline: float | None) -> float | None:
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+
+def _result(name: str, get: Callable[[], tuple[list[list[Span]], float]], deadline: float | None):
     """One detector's (spans per text, seconds), or DetectorError: the record fails closed."""
     try:
         found, seconds = get()
-    except FutureTimeout:  # the record fails now; the stuck detector thread is abandoned
-        raise DetectorError(f"{name}: timed out after {timeout_s:.0f} s") from None
+    except FutureTimeout:  # the record fails now; the detector's thread stops at its next look at the deadline
+        raise DetectorError(f"{name}: timed out (over the record's time budget)") from None
     except DetectorError:
         raise
     except Exception as e:  # the message of a foreign exception may quote the text: keep only its type
         raise DetectorError(f"{name}: {type(e).__name__}") from None
-    if seconds > timeout_s:  # an in-thread detector cannot be abandoned, but its late answer is refused
-        raise DetectorError(f"{name}: timed out after {timeout_s:.0f} s")
+    if deadline is not None and time.monotonic() > deadline:  # an in-thread detector answered late: refused
+        raise DetectorError(f"{name}: timed out (over the record's time budget)")
     return found, seconds
 
 

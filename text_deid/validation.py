@@ -14,6 +14,7 @@
 """
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -138,9 +139,26 @@ def validate(spans: list[Span], text: str) -> list[Span]:
     others = [s for s in others if not (is_lookalike(text, s, regions) or is_common_word(text, s)
                                         or is_source_of_guidance(text, s))]
     others = _resolve(others, text)
-    trimmed = [p for s in others
-               for p in _outside(s, [b for b in protected if b.start < s.end and s.start < b.end], text)]
+    blocked = _disjoint(protected)
+    starts = [b.start for b in blocked]
+    trimmed = []
+    for s in others:  # the disjoint blocked intervals overlapping s lie just before bisect(starts, s.end)
+        i = j = bisect.bisect_left(starts, s.end)
+        while i > 0 and blocked[i - 1].end > s.start:
+            i -= 1
+        trimmed.extend(_outside(s, blocked[i:j], text))
     return sorted(protected + trimmed)
+
+
+def _disjoint(spans: list[Span]) -> list[Span]:
+    """The intervals the spans cover, joined where they overlap, sorted (their categories do not matter here)."""
+    out: list[Span] = []
+    for s in sorted(spans):
+        if out and s.start < out[-1].end:
+            out[-1] = Span(out[-1].start, max(out[-1].end, s.end), s.category, s.detector)
+        else:
+            out.append(s)
+    return out
 
 
 def _resolve(spans: list[Span], text: str) -> list[Span]:
@@ -153,8 +171,11 @@ def _resolve(spans: list[Span], text: str) -> list[Span]:
         grown.append(Span(min(p.start for p in parts), max(p.end for p in parts), f.category, f.detector,
                           max(p.confidence for p in parts)))
     rest = [s for s in spans if not any(s.start < g.end and g.start < s.end for g in grown)]
+    # No kept span lies inside another, so sorted by start their ends rise too: the only kept span that can
+    # hold s is the last one starting at or before it.
     kept: list[Span] = []
     for s in sorted(grown + rest, key=lambda s: (-(s.end - s.start), -s.confidence, s.start, s.detector)):
-        if not any(k.start <= s.start and s.end <= k.end for k in kept):
-            kept.append(s)
-    return sorted(kept)
+        i = bisect.bisect_right(kept, s.start, key=lambda k: k.start)
+        if not (i and kept[i - 1].end >= s.end):
+            kept.insert(i, s)
+    return kept

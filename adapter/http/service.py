@@ -32,6 +32,7 @@ from fhir_transforms.keys import Key
 from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.r4.record import Deidentifier
 from fhir_transforms.rules import ProfileError, load_profile
+from text_deid import budget
 from text_deid.stack import DEFAULT_STACK, LlmSettings, StackUnavailable, build_stack
 import conformance
 from adapter.audit.trail import AuditError
@@ -143,8 +144,9 @@ def create_app(config: ServiceConfig) -> FastAPI:
 
     async def run(fn, *args):
         loop = asyncio.get_running_loop()
+        deadline = time.monotonic() + config.timeout_s  # the worker's text detectors stop there too
         try:
-            return await asyncio.wait_for(loop.run_in_executor(pool, fn, *args), config.timeout_s)
+            return await asyncio.wait_for(loop.run_in_executor(pool, _until, deadline, fn, *args), config.timeout_s)
         except asyncio.TimeoutError:
             raise HttpError(503, "timeout", f"de-identification took longer than {config.timeout_s:.0f} s") from None
 
@@ -318,3 +320,9 @@ def _param_value(param: dict | None) -> str | None:
         if isinstance(param.get(key), str):
             return param[key]
     raise HttpError(400, "invalid", f"parameter {param.get('name')!r} must be a code or string")
+
+
+def _until(deadline: float, fn, *args):
+    """fn(*args) with its text detectors stopping at `deadline`: a request past its time frees its worker."""
+    with budget.until(deadline):
+        return fn(*args)

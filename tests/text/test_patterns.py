@@ -219,9 +219,13 @@ def test_only_regexes_with_bounded_quantifiers_run_without_a_timeout(source, bou
 
 
 def test_every_unbounded_detector_regex_keeps_its_timeout():
+    import time
+
+    from text_deid.detectors.patterns import _Scan
+
     det = PatternDetector()
-    det._budget = 0.5
+    scan = _Scan("x", "x", time.monotonic() + 60, det._bounded)
     patterns = [v for v in vars(det).values() if isinstance(v, regex.Pattern)]
     unbounded = [p for p in patterns if not bounded_per_position(p.pattern)]
-    assert unbounded and all(det._limit(p) == 0.5 for p in unbounded)
-    assert all(det._limit(p) is None for p in patterns if p not in unbounded)
+    assert unbounded and all(0 < scan.limit(p) <= 60 for p in unbounded)
+    assert all(scan.limit(p) is None for p in patterns if p not in unbounded)

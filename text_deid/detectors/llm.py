@@ -22,6 +22,7 @@ a second failure, a timeout, a connection or HTTP error raise DetectorError. Mes
 """
 from __future__ import annotations
 
+import contextvars
 import json
 import os
 import re
@@ -32,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence, TypeVar
 
-from text_deid import prompts
+from text_deid import budget, prompts
 from text_deid.safe_harbor import keeps_whatever_category
 from text_deid.spans import CATEGORIES, DetectorError, KnownIdentifier, Span
 
@@ -151,7 +152,8 @@ class OllamaEndpoint:
         """fn over items on the bounded pool, in order; the first error cancels what has not started."""
         if len(items) <= 1:
             return [fn(x) for x in items]
-        futures = [self._executor().submit(fn, x) for x in items]
+        # each request runs in a copy of the caller's context: under the record's deadline (budget)
+        futures = [self._executor().submit(contextvars.copy_context().run, fn, x) for x in items]
         try:
             return [f.result() for f in futures]
         finally:
@@ -328,6 +330,7 @@ class LlmDetector:
 
     def _answers(self, text: str, start: int, end: int, retry: bool = False) -> list[tuple[int, int, list[tuple[str, str]]]]:
         """The items the model reports for text[start:end]; an unusable answer is asked again once, as two halves."""
+        budget.check("llm")  # past the record's deadline, no more requests
         self._count("chunks")
         try:
             answer = self.endpoint.ask(self.prompts.detector_messages(text[start:end]), self.prompts.schema, NUM_PREDICT)

@@ -37,6 +37,7 @@ import re
 import threading
 from typing import Sequence
 
+from text_deid import budget
 from text_deid.spans import CATEGORIES, DetectorError, KnownIdentifier, Span
 
 DETECTOR = "ner"
@@ -260,6 +261,7 @@ class NerDetector:
             raise DetectorError("ner: input is not text")
         if not text.strip():
             return []
+        budget.check(DETECTOR)  # past the record's deadline, no more inference
         try:
             enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
             ids, offs = enc["input_ids"], enc["offset_mapping"]

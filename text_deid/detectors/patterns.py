@@ -4,8 +4,9 @@ Design notes
 ------------
 * Pattern definitions and checksum logic are borrowed from presidio-analyzer's predefined
   recognizers (SSN, credit card, IP, e-mail, URL, DEA, NPI) -- but every regex runs here, with
-  the `regex` module and a per-call `timeout=`.  Presidio skips a pattern whose regex times out
-  (fail open); this detector raises `DetectorError` instead (fail closed).  Error messages name
+  the `regex` module under one deadline per text (each search gets `timeout=` what is left of it, and
+  loops look at it between matches).  Presidio skips a pattern whose regex times out (fail open); this
+  detector raises `DetectorError` instead (fail closed), and so stops working on that text.  Error messages name
   the stage only, never text from the input.
 * Presidio's AnalyzerEngine is never called, and its e-mail `validate_result` (tldextract, which
   tries the network) is never used: e-mail domains are checked locally.
@@ -24,13 +25,16 @@ Design notes
 from __future__ import annotations
 
 import sys
+import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import lru_cache
-from typing import Iterable, Sequence
+from typing import Iterator, Sequence
 
 import phonenumbers
 import regex
 
+from text_deid import budget
 from text_deid.spans import DetectorError, KnownIdentifier, Span
 
 
@@ -283,18 +287,56 @@ def vin_check_digit_ok(vin: str) -> bool:
     return vin[8] == ("X" if check == 10 else str(check))
 
 
+@lru_cache(maxsize=1024)
+def _phone_matches(window: str, region: str) -> tuple[tuple[int, int], ...]:
+    """phonenumbers' valid numbers in a short digit-dense window, as offsets in it. Cached: it costs ~1 ms a
+    window, and text that repeats one window (a table, or "1.1.1.") would pay it again for each."""
+    return tuple((m.start, m.end) for m in phonenumbers.PhoneNumberMatcher(window, region, leniency=phonenumbers.Leniency.VALID))
+
+
 def _digits(s: str) -> str:
     return "".join(filter(str.isdigit, s))
 
 
+@dataclass(frozen=True)
+class _Scan:
+    """One call's text, its lowered copy and its deadline: per-call state, never kept on the shared detector."""
+
+    text: str
+    low: str
+    deadline: float  # time.monotonic() seconds
+    bounded: frozenset  # the regexes that need no timeout (bounded_per_position)
+
+    def remaining(self) -> float:
+        """Seconds left; DetectorError once the deadline has passed."""
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("over its time budget")
+        return left
+
+    def limit(self, pat: regex.Pattern) -> float | None:
+        """The time limit of one search with `pat`: none for a pattern that cannot backtrack without bound."""
+        left = self.remaining()
+        return None if pat in self.bounded else left
+
+    def iter(self, pat: regex.Pattern, text: str, pos: int = 0, endpos: int | None = None) -> Iterator:
+        """`pat.finditer` that stops at the deadline, also between the matches of a pattern that needs no timeout."""
+        for m in pat.finditer(text, pos, endpos, timeout=self.limit(pat)):
+            yield m
+            if time.monotonic() > self.deadline:
+                self.remaining()
+
+
 class PatternDetector:
-    """Regex/checksum detector for shaped PHI.  Fails closed (DetectorError) on any regex timeout."""
+    """Regex/checksum detector for shaped PHI.  Fails closed (DetectorError) past its deadline.  Thread-safe:
+    what one call needs lives in its own _Scan."""
 
     name = DETECTOR
-    bounds_own_time = True  # every regex call carries `timeout=` (see _iter): the stack runs it in-thread
+    bounds_own_time = True  # every search stops at the text's deadline (see _Scan): the stack runs it in-thread
 
-    def __init__(self, timeout: float = 1.0, timeout_per_mb: float = 2.0, phone_region: str = "US"):
-        # every regex call gets `timeout + timeout_per_mb * MB of input` seconds
+    def __init__(self, timeout: float = 2.0, timeout_per_mb: float = 8.0, phone_region: str = "US"):
+        # each text gets `timeout + timeout_per_mb * MB of input` seconds (an ordinary note needs under 1 s per MB),
+        # or less where the record's deadline (budget.current()) comes sooner
         self.timeout = float(timeout)
         self.timeout_per_mb = float(timeout_per_mb)
         self.phone_region = phone_region
@@ -329,7 +371,6 @@ class PatternDetector:
             r"(?<![\w@.\-/])(?:" + UrlRecognizer.PATTERNS[1].regex.removeprefix("(?i)") + r")(?![\w@\-])",
             regex.IGNORECASE,
         )
-        self._leniency = phonenumbers.Leniency.VALID
         # cheap anchors: each stage scans with a fast regex, then applies its full pattern locally
         self._a_month = regex.compile(r"\b" + _trie("jan feb mar apr may jun jul aug sep oct nov dec".split()))
         # the forms of _DATE_SRC that start at the month, matched there, and those that start before it, searched
@@ -348,6 +389,8 @@ class PatternDetector:
         self._a_tld = regex.compile(r"\.(?:" + "|".join(sorted(_COMMON_TLDS)) + r")(?![\w@-])", regex.IGNORECASE)
         self._a_ipv4 = regex.compile(r"\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}")
         self._a_ipv6 = regex.compile(r"::|(?:[0-9A-Fa-f]{1,4}:){3}")
+        # an '@' between a local part and a dotted domain, as every e-mail match holds (possessive: linear)
+        self._a_email = regex.compile(r"(?<=[!#$%&'*+\-/=?^_`{|}~\w])@\w++(?:-++\w++)*+\.\w")
         self._a_7d = regex.compile(r"\d{7}(?![A-Za-z0-9])")
         self._a_zip = regex.compile(r"(?<![\w-])\d{5}(?:-\d{4})?(?![\w-])")
         self._zip_before = regex.compile(_ZIP_BEFORE_SRC)
@@ -372,9 +415,12 @@ class PatternDetector:
             raise DetectorError("patterns: input is not a str")
         if not text:
             return []
-        self._budget = self.timeout + self.timeout_per_mb * len(text) / 1e6
+        # the text's own budget, narrowed to the record's deadline (budget.current()) where that is sooner
+        own = time.monotonic() + self.timeout + self.timeout_per_mb * len(text) / 1e6
+        record = budget.current()
         # ASCII-only lowering keeps offsets identical (str.lower() may lengthen other letters, but is faster)
-        self._low = text.lower() if text.isascii() else text.translate(_ASCII_LOWER)
+        low = text.lower() if text.isascii() else text.translate(_ASCII_LOWER)
+        scan = _Scan(text, low, own if record is None else min(own, record), self._bounded)
         out: list[Span] = []
         # ASCII digits in the text (any count where it holds other characters: \d also matches those)
         digits = sum(map(text.count, "0123456789")) if text.isascii() else len(text)
@@ -382,11 +428,12 @@ class PatternDetector:
         try:
             for stage, fn, min_digits in self._stages:
                 if digits >= min_digits:  # else no match of this stage fits in so few digits
-                    out.extend(fn(text))
+                    scan.remaining()
+                    out.extend(fn(scan))
         except DetectorError:
             raise
-        except TimeoutError:
-            raise DetectorError(f"patterns: regex timeout in stage {stage}") from None
+        except TimeoutError:  # a regex timeout, or the text's deadline passed between searches
+            raise DetectorError(f"patterns: over its time budget in stage {stage}") from None
         except Exception as exc:  # noqa: BLE001 - fail closed, message without input text
             raise DetectorError(f"patterns: {type(exc).__name__} in stage {stage}") from None
         n = len(text)
@@ -395,44 +442,37 @@ class PatternDetector:
                 raise DetectorError("patterns: produced an out-of-range span")
         return _merge_same_category(out)
 
-    # helpers -----------------------------------------------------------------------------------
-    def _iter(self, pat: regex.Pattern, text: str, pos: int = 0, endpos: int | None = None) -> Iterable:
-        return pat.finditer(text, pos, endpos, timeout=None if pat in self._bounded else self._budget)
-
-    def _limit(self, pat) -> float | None:
-        """The time limit of one search with `pat`: none for a pattern that cannot backtrack without bound."""
-        return None if pat in self._bounded else self._budget
-
     @staticmethod
     def _span(start: int, end: int, category: str, conf: float) -> Span:
         return Span(start, end, category, DETECTOR, conf)
 
     # dates ---------------------------------------------------------------------------------------
-    def _dates(self, text: str) -> list[Span]:
+    def _dates(self, scan: _Scan) -> list[Span]:
+        text = scan.text
         res = []
         n = len(text)
         last_end = -1
-        for a in self._iter(self._a_month, self._low):
+        for a in scan.iter(self._a_month, scan.low):
             p = a.start()
             if p < last_end:
                 continue
             m = None
             ws = max(0, p - 20, last_end)
-            if self._a_before_month.search(self._low, ws, p, timeout=self._limit(self._a_before_month)):
+            if self._a_before_month.search(scan.low, ws, p, timeout=scan.limit(self._a_before_month)):
                 we = min(n, p + 40)
                 while we < n and text[we].isalnum():
                     we += 1
-                m = next((m for m in self._iter(self._date_before_month, text, ws, we) if m.start() <= p < m.end()), None)
+                m = next((m for m in scan.iter(self._date_before_month, text, ws, we) if m.start() <= p < m.end()), None)
             if m is None:
-                m = self._date_at_month.match(text, p, timeout=self._limit(self._date_at_month))
+                m = self._date_at_month.match(text, p, timeout=scan.limit(self._date_at_month))
             sp = None if m is None else self._name_date(m)
             if sp is not None:
                 res.append(sp)
                 last_end = max(last_end, m.end())
-        for a in self._iter(self._a_dnum, text):
-            m = self._date_num.match(text, a.start(), timeout=self._limit(self._date_num))
+        for a in scan.iter(self._a_dnum, text):
+            m = self._date_num.match(text, a.start(), timeout=scan.limit(self._date_num))
             if m is not None:
-                sp = self._num_date(text, m)
+                sp = self._num_date(scan, m)
                 if sp is not None:
                     res.append(sp)
         return res
@@ -454,7 +494,8 @@ class PatternDetector:
             return self._span(m.start(), m.end(), "DATE", 0.9 if m.group("dm_year") else 0.7)
         return self._span(m.start(), m.end(), "DATE", 0.6)  # rel: "last March"
 
-    def _num_date(self, text: str, m) -> Span | None:
+    def _num_date(self, scan: _Scan, m) -> Span | None:
+        text = scan.text
         if m.group("iso"):
             return self._span(m.start(), m.end(), "DATE", 0.95)
         if m.group("mdy"):
@@ -469,49 +510,52 @@ class PatternDetector:
             return None
         before = text[max(0, m.start() - 25):m.start()]
         after = text[m.end():m.end() + 12]
-        if (_MDN_BAD_BEFORE.search(before, timeout=self._limit(_MDN_BAD_BEFORE))
-                or _MDN_BAD_AFTER.match(after, timeout=self._limit(_MDN_BAD_AFTER))):
+        if (_MDN_BAD_BEFORE.search(before, timeout=scan.limit(_MDN_BAD_BEFORE))
+                or _MDN_BAD_AFTER.match(after, timeout=scan.limit(_MDN_BAD_AFTER))):
             return None
-        if (mo, d) in _FRACTIONS and not _DATE_CONTEXT_BEFORE.search(before, timeout=self._limit(_DATE_CONTEXT_BEFORE)):
+        if (mo, d) in _FRACTIONS and not _DATE_CONTEXT_BEFORE.search(before, timeout=scan.limit(_DATE_CONTEXT_BEFORE)):
             return None
         return self._span(m.start(), m.end(), "DATE", 0.6)
 
     # ages >= 90 ------------------------------------------------------------------------------------
-    def _ages(self, text: str) -> list[Span]:
+    def _ages(self, scan: _Scan) -> list[Span]:
+        text = scan.text
         res = []
         # every match of _age_num holds a number 90-139 on its own: a bounded scan finds that rare case first
-        ages = self._iter(self._age_num, text) if self._a_age.search(text) else ()
+        ages = scan.iter(self._age_num, text) if self._a_age.search(text) else ()
         for m in ages:
             g = "age" if m.group("age") else "age2"
             if 90 <= int(m.group(g)) <= 130:
                 res.append(self._span(m.start(g), m.end(g), "AGE_OVER_89", 0.9))
-        low = self._low
+        low = scan.low
         if "0s" in low or "0's" in low or "ninet" in low or "hundred" in low:
-            for m in self._iter(self._age, text):
+            for m in scan.iter(self._age, text):
                 for g in ("age3", "age4"):
                     if m.group(g):
                         res.append(self._span(m.start(g), m.end(g), "AGE_OVER_89", 0.8))
         return res
 
     # labelled identifiers ---------------------------------------------------------------------------
-    def _labels(self, text: str) -> list[Span]:
+    def _labels(self, scan: _Scan) -> list[Span]:
+        text = scan.text
         res = []
         n = len(text)
         next_pos = 0
-        for a in self._iter(self._a_label, self._low):
+        for a in scan.iter(self._a_label, scan.low):
             p = a.start()
             if p < next_pos or self._a_digit.search(text, p, min(n, p + 60)) is None:  # a bounded scan: no limit
                 continue
-            m = self._label.match(text, p, timeout=self._limit(self._label))
+            m = self._label.match(text, p, timeout=scan.limit(self._label))
             if m is None:
                 continue
-            sp = self._label_span(text, m)
+            sp = self._label_span(scan, m)
             if sp is not None:
                 res.append(sp)
                 next_pos = m.end()
         return res
 
-    def _label_span(self, text: str, m) -> Span | None:
+    def _label_span(self, scan: _Scan, m) -> Span | None:
+        text = scan.text
         val = m.group("val")
         digits = _digits(val)
         if not digits:
@@ -528,7 +572,7 @@ class PatternDetector:
         if key == "uid":
             before = text[max(0, m.start() - 30):m.start()] + m.group(key)
             for pat, c in _CONTEXT_RECLASS:
-                if pat.search(before, timeout=self._limit(pat)):
+                if pat.search(before, timeout=scan.limit(pat)):
                     cat = c
                     break
             conf = 0.8
@@ -545,9 +589,10 @@ class PatternDetector:
         return len(v) == 9 and v[:2].isalpha() and v[2:].isdigit() and bool(self._dea_rec.validate_result(v))
 
     # SSN ------------------------------------------------------------------------------------------
-    def _ssns(self, text: str) -> list[Span]:
+    def _ssns(self, scan: _Scan) -> list[Span]:
+        text = scan.text
         res = []
-        for m in self._iter(self._ssn, text):
+        for m in scan.iter(self._ssn, text):
             t = m.group()
             if self._ssn_rec.invalidate_result(t) and _digits(t) not in _SAMPLE_SSNS:
                 continue
@@ -555,19 +600,21 @@ class PatternDetector:
         return res
 
     # phones -----------------------------------------------------------------------------------------
-    def _phone_category(self, text: str, start: int) -> str:
+    def _phone_category(self, scan: _Scan, start: int) -> str:
+        text = scan.text
         window = text[max(0, start - 20):start]
         last = None
-        for m in _FAX_CONTEXT.finditer(window, timeout=self._limit(_FAX_CONTEXT)):
+        for m in _FAX_CONTEXT.finditer(window, timeout=scan.limit(_FAX_CONTEXT)):
             last = m.group()
         if last is not None and (last.lower() == "fax" or last.startswith("F")):
             return "FAX_NUMBER"
         return "PHONE_NUMBER"
 
-    def _phones(self, text: str) -> list[Span]:
+    def _phones(self, scan: _Scan) -> list[Span]:
+        text = scan.text
         res = []
         n = len(text)
-        for a in self._iter(self._a_phone, text):
+        for a in scan.iter(self._a_phone, text):
             s, e = a.span()
             if s > 0 and (text[s - 1].isalnum() or text[s - 1] == "_"):
                 continue
@@ -576,62 +623,68 @@ class PatternDetector:
                 continue
             ws, we = max(0, s - 3), min(n, e + 12)
             covered = []
-            for m in self._us_phone.finditer(text, ws, we, timeout=self._limit(self._us_phone)):
-                res.append(self._span(m.start(), m.end(), self._phone_category(text, m.start()), 0.85))
+            for m in self._us_phone.finditer(text, ws, we, timeout=scan.limit(self._us_phone)):
+                res.append(self._span(m.start(), m.end(), self._phone_category(scan, m.start()), 0.85))
                 covered.append(m.span())
             if nd == 7:
-                for m in self._local_phone.finditer(text, ws, we, timeout=self._limit(self._local_phone)):
-                    if _PHONE_CONTEXT.search(text[max(0, m.start() - 25):m.start()], timeout=self._budget):
-                        res.append(self._span(m.start(), m.end(), self._phone_category(text, m.start()), 0.6))
+                for m in self._local_phone.finditer(text, ws, we, timeout=scan.limit(self._local_phone)):
+                    if _PHONE_CONTEXT.search(text[max(0, m.start() - 25):m.start()], timeout=scan.remaining()):
+                        res.append(self._span(m.start(), m.end(), self._phone_category(scan, m.start()), 0.6))
             if 10 <= nd <= 15 and not any(cs <= s and e <= ce for cs, ce in covered):
                 # phonenumbers on this short window only (international / unformatted numbers)
-                for pm in phonenumbers.PhoneNumberMatcher(a.group(), self.phone_region, leniency=self._leniency):
-                    ps, pe = s + pm.start, s + pm.end
-                    res.append(self._span(ps, pe, self._phone_category(text, ps), 0.7))
+                for ms, me in _phone_matches(a.group(), self.phone_region):
+                    res.append(self._span(s + ms, s + me, self._phone_category(scan, s + ms), 0.7))
         return res
 
     # e-mail / URL / IP --------------------------------------------------------------------------------
-    def _emails(self, text: str) -> list[Span]:
+    def _emails(self, scan: _Scan) -> list[Span]:
+        text = scan.text
         res = []
         n = len(text)
-        p = text.find("@")
         last_end = -1
-        while p != -1:
-            if p >= last_end:
-                ws = max(0, p - 64)
-                while ws > 0 and p - ws < 256 and not text[ws - 1].isspace():
-                    ws -= 1
-                we = min(n, p + 256)
-                while we < n and not text[we].isspace() and we - p < 1024:
-                    we += 1
-                for m in self._email.finditer(text, ws, we, timeout=self._limit(self._email)):
-                    if not (m.start() < p < m.end()):
-                        continue
-                    domain = m.group().rsplit("@", 1)[-1]
-                    tld = domain.rsplit(".", 1)[-1]
-                    if 2 <= len(tld) <= 24 and tld.isalpha():
-                        res.append(self._span(m.start(), m.end(), "EMAIL_ADDRESS", 0.95))
-                        last_end = m.end()
-            p = text.find("@", p + 1)
+        # A match holds one '@' (neither part may hold another), so it lies between its neighbours: each '@' that
+        # may start a domain is searched in a window cut there, and no character is searched for more than two.
+        for a in scan.iter(self._a_email, text):
+            p = a.start()
+            if p < last_end:
+                continue
+            first = text.rfind("@", max(0, p - 256), p) + 1 or max(0, p - 256)
+            ws = max(first, p - 64)
+            while ws > first and not text[ws - 1].isspace():
+                ws -= 1
+            last = text.find("@", p + 1, min(n, p + 1024))
+            last = min(n, p + 1024) if last == -1 else last
+            we = min(last, p + 256)
+            while we < last and not text[we].isspace():
+                we += 1
+            for m in self._email.finditer(text, ws, we, timeout=scan.limit(self._email)):
+                if not (m.start() < p < m.end()):
+                    continue
+                domain = m.group().rsplit("@", 1)[-1]
+                tld = domain.rsplit(".", 1)[-1]
+                if 2 <= len(tld) <= 24 and tld.isalpha():
+                    res.append(self._span(m.start(), m.end(), "EMAIL_ADDRESS", 0.95))
+                    last_end = m.end()
         return res
 
-    def _urls(self, text: str) -> list[Span]:
+    def _urls(self, scan: _Scan) -> list[Span]:
+        text = scan.text
         res = []
-        low = self._low
+        low = scan.low
         if "://" in text or "www" in low:
-            for m in self._iter(self._scheme_url, text):
+            for m in scan.iter(self._scheme_url, text):
                 s, e = m.span()
                 while e > s and text[e - 1] in ".,;:!?":
                     e -= 1
                 if e - s > 7:
                     res.append(self._span(s, e, "URL", 0.9))
-        for a in self._iter(self._a_tld, text):
+        for a in scan.iter(self._a_tld, text):
             left = a.start()
             while left > 0 and (text[left - 1].isalnum() or text[left - 1] in ".-"):
                 left -= 1
             if left == a.start() or (left > 0 and text[left - 1] in "@/_"):
                 continue
-            m = self._nonscheme_url.match(text, left, timeout=self._limit(self._nonscheme_url))
+            m = self._nonscheme_url.match(text, left, timeout=scan.limit(self._nonscheme_url))
             if m is None or m.end() < a.end():
                 continue
             s, e = m.span()
@@ -640,19 +693,20 @@ class PatternDetector:
             res.append(self._span(s, e, "URL", 0.7))
         return res
 
-    def _ip_addresses(self, text: str) -> list[Span]:
+    def _ip_addresses(self, scan: _Scan) -> list[Span]:
+        text = scan.text
         res = []
         n = len(text)
-        for a in self._iter(self._a_ipv4, text):
+        for a in scan.iter(self._a_ipv4, text):
             ws, we = max(0, a.start() - 1), min(n, a.end() + 4)
-            for m in self._ips[2].finditer(text, ws, we, timeout=self._limit(self._ips[2])):  # presidio IPv4
+            for m in self._ips[2].finditer(text, ws, we, timeout=scan.limit(self._ips[2])):  # presidio IPv4
                 if not self._ip_rec.invalidate_result(m.group()):
                     res.append(self._span(m.start(), m.end(), "IP_ADDRESS", 0.9))
-        if ("::" in text or text.count(":") >= 7) and self._a_ipv6.search(text, timeout=self._limit(self._a_ipv6)) is not None:
+        if ("::" in text or text.count(":") >= 7) and self._a_ipv6.search(text, timeout=scan.limit(self._a_ipv6)) is not None:
             for i, pat in enumerate(self._ips):
                 if i == 2:
                     continue
-                for m in self._iter(pat, text):
+                for m in scan.iter(pat, text):
                     t = m.group()
                     if self._ip_rec.invalidate_result(t) or t.count(":") < 2:
                         continue
@@ -660,33 +714,37 @@ class PatternDetector:
         return res
 
     # checksummed numbers ------------------------------------------------------------------------------
-    def _cards(self, text: str) -> list[Span]:
+    def _cards(self, scan: _Scan) -> list[Span]:
+        text = scan.text
         res = []
-        for m in self._iter(self._cc, text):
+        for m in scan.iter(self._cc, text):
             t = m.group()
             d = _digits(t)
             if 13 <= len(d) <= 19 and len(set(d)) > 1 and self._cc_rec.validate_result(t):
                 res.append(self._span(m.start(), m.end(), "ACCOUNT_NUMBER", 0.9))
         return res
 
-    def _long_numbers(self, text: str) -> list[Span]:
+    def _long_numbers(self, scan: _Scan) -> list[Span]:
+        text = scan.text
         """Unlabelled long numbers: low confidence, so a review-enabled run shows them to a person."""
-        return [self._span(m.start(), m.end(), "UNIQUE_IDENTIFIER", 0.5) for m in self._iter(self._long_number, text)]
+        return [self._span(m.start(), m.end(), "UNIQUE_IDENTIFIER", 0.5) for m in scan.iter(self._long_number, text)]
 
-    def _deas(self, text: str) -> list[Span]:
+    def _deas(self, scan: _Scan) -> list[Span]:
+        text = scan.text
         res = []
-        for a in self._iter(self._a_7d, text):
+        for a in scan.iter(self._a_7d, text):
             s = a.start() - 2
             if s < 0:
                 continue
-            m = self._dea.match(text, s, timeout=self._limit(self._dea))
+            m = self._dea.match(text, s, timeout=scan.limit(self._dea))
             if m is not None and m.end() == a.end() and self._dea_ok(m.group()):
                 res.append(self._span(m.start(), m.end(), "CERTIFICATE_LICENSE_NUMBER", 0.8))
         return res
 
-    def _vins(self, text: str) -> list[Span]:
+    def _vins(self, scan: _Scan) -> list[Span]:
+        text = scan.text
         res = []
-        for m in self._iter(self._vin, text):
+        for m in scan.iter(self._vin, text):
             t = m.group()
             if t.isdigit() or t.isalpha():
                 continue
@@ -695,30 +753,32 @@ class PatternDetector:
         return res
 
     # geography ----------------------------------------------------------------------------------------
-    def _zips(self, text: str) -> list[Span]:
+    def _zips(self, scan: _Scan) -> list[Span]:
+        text = scan.text
         res = []
-        for a in self._iter(self._a_zip, text):
+        for a in scan.iter(self._a_zip, text):
             before = text[max(0, a.start() - 40):a.start()]
-            if self._zip_before.search(before, timeout=self._limit(self._zip_before)):
+            if self._zip_before.search(before, timeout=scan.limit(self._zip_before)):
                 res.append(self._span(a.start(), a.end(), "GEOGRAPHIC_LOCATION", 0.85))
         return res
 
-    def _streets(self, text: str) -> list[Span]:
+    def _streets(self, scan: _Scan) -> list[Span]:
+        text = scan.text
         res = []
-        for a in self._iter(self._a_street, text):
-            m = self._street.match(text, a.start(), timeout=self._limit(self._street))
+        for a in scan.iter(self._a_street, text):
+            m = self._street.match(text, a.start(), timeout=scan.limit(self._street))
             if m is None or not m.group("street"):
                 continue
             num, suf = m.group("num"), m.group("suf").lower()
             if suf in ("dr", "st") and num.isdigit() and len(num) == 4 and num[:2] in ("19", "20"):
                 continue  # "in 2020 Smith Dr." is a year, not an address
             res.append(self._span(m.start(), m.end(), "GEOGRAPHIC_LOCATION", 0.85))
-        for a in self._iter(self._a_named, text):
-            b = self._named_before.search(text[max(0, a.start() - 60):a.start()], timeout=self._budget)
+        for a in scan.iter(self._a_named, text):
+            b = self._named_before.search(text[max(0, a.start() - 60):a.start()], timeout=scan.remaining())
             if b is not None:
                 res.append(self._span(a.start() - (len(b.string) - b.start()), a.end(), "GEOGRAPHIC_LOCATION", 0.6))
-        if "box" in self._low:
-            for m in self._iter(self._pobox, text):
+        if "box" in scan.low:
+            for m in scan.iter(self._pobox, text):
                 res.append(self._span(m.start(), m.end(), "GEOGRAPHIC_LOCATION", 0.85))
         return res
 
