@@ -8,26 +8,32 @@ import secrets
 import shutil
 import socket
 import struct
+import subprocess
+import sys
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Iterator
 from urllib.parse import quote
 
+import httpx
 import pytest
 import uvicorn
 from sqlalchemy import create_engine, text
 
 from adapter.audit.trail import AuditTrail, database_url
 from adapter.bulk.export import deidentify_export
+from adapter.http.auth import add_client
 from adapter.review.app import ReviewConfig
 from adapter.review.auth import UserStore, add_user
 from adapter.review.flow import route
 from adapter.review.queue import ReviewQueue, Thresholds
 from fhir_transforms import keys
 from fhir_transforms.keys import Key, key_id_for
-from tests.conftest import FIXED_TODAY, SHARED, TEST_SECRET, make_engine
+from tests.conftest import FIXED_TODAY, SHARED, TEST_SECRET, make_engine, run_cli
 
 # --- Audit stores for the audit tests: a SQLite file, and a throwaway schema on a real PostgreSQL server.
 PG_URL = os.environ.get("DEID_ADAPTER_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
@@ -338,3 +344,49 @@ class OllamaStub:
 def _prompt(body: dict) -> str:
     users = [m.get("content", "") for m in body.get("messages", []) if m.get("role") == "user"]
     return users[-1] if users else ""
+
+
+# --- A real `deid-adapter serve` on a free port, for tests that need the HTTP service with settings of their own.
+FHIR = {"Content-Type": "application/fhir+json"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def serve(workdir: Path, key_file: Path, *args: str) -> Iterator[dict]:
+    """The service, started with `args` (e.g. --stack patterns); yields its base URL and a bearer token."""
+    token = add_client(workdir / "tokens.json", "tests", ["fhir", "hl7v2", "metadata", "metrics", "ready"])
+    audit_key = workdir / "audit.key"
+    assert run_cli("keys", "init", "--purpose", "audit", str(audit_key)).returncode == 0
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DEID_ADAPTER_")}
+    with open(workdir / "server.log", "w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "adapter.cli", "serve", "--port", str(port), "--tokens", str(workdir / "tokens.json"),
+             "--key-file", str(key_file), "--today", "2026-01-15", "--audit", str(workdir / "audit.sqlite"),
+             "--audit-key-file", str(audit_key), *args],
+            cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT)
+        base = f"http://127.0.0.1:{port}"
+        try:
+            for _ in range(300):
+                try:
+                    if httpx.get(base + "/healthz", timeout=1).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    time.sleep(0.1)
+            else:
+                raise RuntimeError("server did not start: " + (workdir / "server.log").read_text()[-2000:])
+            yield {"base": base, "token": token}
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+
+
+def post(server: dict, body: bytes, timeout: float = 120) -> httpx.Response:
+    """POST a FHIR resource to $de-identify."""
+    return httpx.post(server["base"] + "/fhir/$de-identify", content=body, timeout=timeout,
+                      headers={**FHIR, "Authorization": f"Bearer {server['token']}"})

@@ -10,6 +10,7 @@ from hypothesis import given, settings, strategies as st
 from text_deid.detectors import patterns as patmod
 from text_deid.detectors.patterns import PatternDetector, bounded_per_position, vin_check_digit_ok
 from text_deid.spans import DetectorError, Span
+from text_deid.detectors.patterns import _Scan
 
 DET = PatternDetector()
 
@@ -220,8 +221,6 @@ def test_only_regexes_with_bounded_quantifiers_run_without_a_timeout(source, bou
 
 def test_every_unbounded_detector_regex_keeps_its_timeout():
     import time
-
-    from text_deid.detectors.patterns import _Scan
 
     det = PatternDetector()
     scan = _Scan("x", "x", time.monotonic() + 60, det._bounded)

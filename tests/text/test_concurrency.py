@@ -12,8 +12,8 @@ import threading
 import pytest
 
 from tests.conftest import SHARED, run_cli
-from tests.ollama_stub import OllamaStub
-from tests.service_support import post, serve
+from tests.support import OllamaStub
+from tests.support import post, serve
 from text_deid.detectors.llm import LlmSettings
 from text_deid.spans import KnownIdentifier
 from text_deid.stack import StackUnavailable, TextStack, build_stack

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.service_support import post, serve
+from tests.support import post, serve
 from text_deid import budget
 from text_deid.detectors.patterns import PatternDetector
 from text_deid.spans import DetectorError, Span
