@@ -11,7 +11,8 @@ from fhir_transforms.errors import SettingsError
 from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.r4.record import Deidentifier
 from fhir_transforms.rules import ProfileError, load_profile
-from text_deid.stack import LlmSettings, StackUnavailable, build_stack
+from adapter import settings
+from text_deid.stack import LlmSettings, StackUnavailable, TextStack, build_stack
 
 
 def fhir_engine(key_file: Optional[Path], profile: str, stack: Optional[str], validate: bool, today: Optional[str],
@@ -20,8 +21,13 @@ def fhir_engine(key_file: Optional[Path], profile: str, stack: Optional[str], va
     try:
         key = keys.load_key(key_file)
         prof = load_profile(profile)
-        text_stack = build_stack(stack, llm)
+        text_stack = build_stack(stack, llm or settings.llm(), settings.ner())
         clock = (lambda d=date.fromisoformat(today): d) if today else dates.today
     except (keys.KeyError_, ProfileError, StackUnavailable, ValueError) as e:
         raise SettingsError(str(e)) from e
     return Deidentifier(prof, Pseudonymizer(key), text_stack, clock, validate)
+
+
+def text_stack(name: str | None, llm: LlmSettings | None = None) -> TextStack:
+    """The named text stack; settings not given come from the environment (StackUnavailable if it cannot be built)."""
+    return build_stack(name, llm or settings.llm(), settings.ner())

@@ -130,7 +130,6 @@ def key_purpose(path: Path) -> str:
 
 def load_key(path: str | os.PathLike | None = None, purpose: str = "pseudonym") -> Key:
     """Load the key from `path`, or from the file named by DEID_ADAPTER_KEY_FILE; refuse a key made for another purpose."""
-    path = path or (os.environ.get(KEY_FILE_ENV) if purpose == "pseudonym" else None)
     if not path:
         if purpose != "pseudonym":
             raise KeyError_(f"no {purpose} key given (create one with `deid-adapter keys init --purpose {purpose} PATH`)")

@@ -14,7 +14,7 @@ from text_deid.detectors import Detector
 from text_deid.detectors.gazetteer import GazetteerDetector
 from text_deid.detectors.known_identifiers import KnownIdentifierDetector
 from text_deid.detectors.llm import LlmDetector, LlmSettings, LlmUnavailable
-from text_deid.detectors.ner import NerDetector, NerUnavailable
+from text_deid.detectors.ner import NerDetector, NerSettings, NerUnavailable
 from text_deid.detectors.patterns import PatternDetector
 from text_deid.second_opinion import SecondOpinion
 from text_deid.spans import DetectorError, KnownIdentifier, Span
@@ -41,9 +41,10 @@ def _validation() -> SpanFilter:
     return validate
 
 
-def _ner() -> Detector:
+def _ner(settings: NerSettings) -> Detector:
     try:
-        return NerDetector()
+        return NerDetector(settings.model_path, settings.labels_path, threads=settings.threads,
+                           threshold=settings.threshold)
     except NerUnavailable as e:
         raise StackUnavailable(str(e)) from None
 
@@ -70,7 +71,8 @@ DETECTORS: dict[str, Callable[..., Detector]] = {"known": _known, "patterns": _p
 FILTERS: dict[str, Callable[..., SpanFilter]] = {"validation": _validation, "second-opinion": _second_opinion}
 
 # Detectors and filters whose factory takes the stack's LlmSettings (the others take nothing).
-LLM_COMPONENTS = frozenset({"llm", "second-opinion"})
+# Components whose factory takes settings → which settings (the others take none).
+SETTINGS_OF = {"llm": "llm", "second-opinion": "llm", "ner": "ner"}
 
 # Stack name → detector names (../shared/DESIGN.md).
 STACKS: dict[str, tuple[str, ...]] = {
@@ -195,19 +197,20 @@ def _check_offsets(spans: list[Span], length: int) -> None:
             raise DetectorError(f"{s.detector}: span offsets outside the text")
 
 
-def build_stack(name: str | None = None, llm: LlmSettings | None = None) -> TextStack:
-    """The named stack, or StackUnavailable naming what is missing. `llm`: where the LLM components find
-    their model (None: the environment); stacks without an LLM ignore it."""
+def build_stack(name: str | None = None, llm: LlmSettings | None = None, ner: NerSettings | None = None) -> TextStack:
+    """The named stack, or StackUnavailable naming what is missing. `llm` and `ner`: the settings of those
+    components (None: their defaults); stacks without them ignore them."""
     name = name or DEFAULT_STACK
     if name not in STACKS:
         raise StackUnavailable(f"unknown stack {name!r} (known: {', '.join(STACKS)})")
     missing = [d for d in STACKS[name] if d not in DETECTORS]
     if missing:
         raise StackUnavailable(f"stack {name!r} needs detectors that are not available here: {', '.join(missing)}")
-    llm = llm or LlmSettings()
+    settings = {"llm": llm or LlmSettings(), "ner": ner or NerSettings()}
 
     def make(registry: dict, part: str):
-        return registry[part](llm) if part in LLM_COMPONENTS else registry[part]()
+        kind = SETTINGS_OF.get(part)
+        return registry[part](settings[kind]) if kind else registry[part]()
 
     try:
         return TextStack(name, [make(DETECTORS, d) for d in STACKS[name]],

@@ -29,6 +29,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from fhir_transforms import keys
+from adapter import settings
 
 AUDIT_ENV = "DEID_ADAPTER_AUDIT"
 AUDIT_KEY_ENV = "DEID_ADAPTER_AUDIT_KEY_FILE"
@@ -153,7 +154,7 @@ _compact = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 def default_actor() -> str:
     """DEID_ADAPTER_ACTOR, or the OS user at this host."""
-    actor = os.environ.get(ACTOR_ENV)
+    actor = settings.actor()
     if actor:
         return actor
     try:
@@ -248,13 +249,12 @@ def review(*, actor: str, channel: str, data_format: str, subject_sha256: str, d
 
 def state_dir() -> Path:
     """Where the default audit database and audit key live: $XDG_STATE_HOME/deid-adapter or ~/.local/state/deid-adapter."""
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return Path(base) / "deid-adapter"
+    return settings.state_dir()
 
 
 def database_url(target: str | os.PathLike | None) -> str:
     """A SQLAlchemy URL from a URL, a file path (SQLite), or None (DEID_ADAPTER_AUDIT, else the default SQLite file)."""
-    target = str(target or os.environ.get(AUDIT_ENV) or state_dir() / "audit.sqlite")
+    target = str(target or settings.audit_store() or state_dir() / "audit.sqlite")
     if "://" in target:
         if target.startswith(("postgresql://", "postgres://")):
             target = "postgresql+psycopg://" + target.split("://", 1)[1]
@@ -266,7 +266,7 @@ def database_url(target: str | os.PathLike | None) -> str:
 
 def existing_url(target: str | os.PathLike | None) -> str:
     """`database_url` for a store that must already exist: no folder is made for a SQLite path."""
-    target = str(target or os.environ.get(AUDIT_ENV) or state_dir() / "audit.sqlite")
+    target = str(target or settings.audit_store() or state_dir() / "audit.sqlite")
     if "://" in target:
         return database_url(target)
     return f"sqlite:///{Path(target).expanduser()}"
@@ -400,9 +400,9 @@ class AuditTrail:
         """The trail at `target` (URL or SQLite path; default DEID_ADAPTER_AUDIT, else ~/.local/state/deid-adapter/audit.sqlite)
         signed with the audit key at `key_file` (default DEID_ADAPTER_AUDIT_KEY_FILE, else audit.key beside the default
         database, created on first use with mode 0600; never by a `read_only` open)."""
-        key_path = Path(key_file or os.environ.get(AUDIT_KEY_ENV) or state_dir() / "audit.key")
+        key_path = Path(key_file or settings.audit_key_file() or state_dir() / "audit.key")
         try:
-            if not read_only and not key_file and not os.environ.get(AUDIT_KEY_ENV) and not key_path.exists():
+            if not read_only and not key_file and not settings.audit_key_file() and not key_path.exists():
                 key_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
                 try:
                     keys.init_key_file(key_path, "audit")

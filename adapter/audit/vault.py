@@ -9,7 +9,6 @@ audit trail.
 from __future__ import annotations
 
 import base64
-import os
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -24,6 +23,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from adapter.audit import trail as audit
 from fhir_transforms import keys
 from fhir_transforms.fpe import FormatPreservingCipher, FpeFallback, derive_key, fpe_format
+from adapter import settings
 
 VAULT_ENV = "DEID_ADAPTER_VAULT"
 VAULT_KEY_ENV = "DEID_ADAPTER_VAULT_KEY_FILE"
@@ -69,7 +69,7 @@ def _aad(key_id: str, namespace: str, pseudonym: str) -> bytes:
 
 def vault_url(target=None) -> str:
     """A SQLAlchemy URL from a URL, a SQLite path, or None (DEID_ADAPTER_VAULT, else the default vault.sqlite)."""
-    return audit.database_url(target or os.environ.get(VAULT_ENV) or audit.state_dir() / "vault.sqlite")
+    return audit.database_url(target or settings.vault_store() or audit.state_dir() / "vault.sqlite")
 
 
 class Vault:

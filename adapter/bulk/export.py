@@ -15,7 +15,8 @@ from fhir_transforms import dates
 from fhir_transforms.errors import InputError
 from fhir_transforms.keys import key_id_for
 from fhir_transforms.rules import load_profile
-from text_deid.stack import LlmSettings, build_stack
+from text_deid.stack import LlmSettings
+from adapter import engines
 
 
 def deidentify_export(root: Path, out: Path, secret: bytes, *, profile: str = "safe-harbor", stack: str | None = None,
@@ -34,7 +35,7 @@ def deidentify_export(root: Path, out: Path, secret: bytes, *, profile: str = "s
     if not files:
         raise InputError(f"{root}: no .ndjson file with FHIR resources")
     load_profile(profile)
-    text_stack = build_stack(stack, llm)  # once in the driver: pass 1 and an in-process pass 2 share it
+    text_stack = engines.text_stack(stack, llm)  # once in the driver: pass 1 and an in-process pass 2 share it
     journal = Journal(out / WORK_DIR, run_identity(root, files, key_id_for(secret), profile, text_stack.name, validate,
                                                    chunk_bytes))
     day = journal.open(today, lambda: dates.today().isoformat())

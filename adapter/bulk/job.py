@@ -41,7 +41,8 @@ from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.r4.record import Deidentifier
 from fhir_transforms.rules import load_profile
 from text_deid.spans import KnownIdentifier
-from text_deid.stack import LlmSettings, TextStack, build_stack
+from text_deid.stack import LlmSettings, TextStack
+from adapter.engines import text_stack
 
 WORK_DIR = ".deid-bulk"  # inside OUT while a run is unfinished; removed when it completes
 SUMMARY_NAME = "deid-summary.json"
@@ -73,7 +74,7 @@ class Settings:
         """The engine these settings describe; `stack`: one already built from them (building one is costly)."""
         day = date.fromisoformat(self.today)
         key = Key(key_id_for(self.secret), self.secret)
-        return Deidentifier(load_profile(self.profile), Pseudonymizer(key), stack or build_stack(self.stack, self.llm),
+        return Deidentifier(load_profile(self.profile), Pseudonymizer(key), stack or text_stack(self.stack, self.llm),
                             lambda: day, self.validate == "full")
 
 

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Iterator
 
 from adapter.bulk.job import Chunk, ChunkResults, Settings, Worker, in_completion_order, process_chunk
-from text_deid.stack import LlmSettings, TextStack, build_stack
+from text_deid.stack import LlmSettings, TextStack
+from adapter.engines import text_stack
 
 SPARK_MISSING = ("the spark engine needs pyspark (pip install 'deid-adapter[spark]') and Java 17 or newer "
                  "(JAVA_HOME, or java on PATH)")
@@ -53,7 +54,7 @@ def _executor_stack(stack: str, llm: LlmSettings | None) -> TextStack:
     """The text stack of this Python worker process: it holds no secret, so every run reuses it."""
     stacks = _EXECUTOR.setdefault("stacks", {})
     if (stack, llm) not in stacks:
-        stacks[stack, llm] = build_stack(stack, llm)
+        stacks[stack, llm] = text_stack(stack, llm)
     return stacks[stack, llm]
 
 

@@ -24,7 +24,8 @@ from adapter.cli.common import (
 from fhir_transforms import keys
 from fhir_transforms.errors import InputError
 from fhir_transforms.rules import ProfileError
-from text_deid.stack import LlmSettings, StackUnavailable
+from text_deid.stack import StackUnavailable
+from adapter import settings
 
 
 class Engine(str, Enum):
@@ -78,7 +79,7 @@ def bulk(
     try:
         outcome = deidentify_export(input, output, key.secret, profile=profile, stack=stack, validate=validate,
                                     today=today, engine=engine.value, workers=workers, master=master,
-                                    chunk_bytes=chunk_kb * 1024, fail_fast=fail_fast, llm=LlmSettings(llm_url, llm_model),
+                                    chunk_bytes=chunk_kb * 1024, fail_fast=fail_fast, llm=settings.llm(llm_url, llm_model),
                                     trail=trail, actor=actor or audit_default_actor())
     except (InputError, ProfileError, StackUnavailable, AuditError) as e:
         fail(str(e))

@@ -22,7 +22,7 @@ from adapter.cli.common import (
 )
 from adapter.engines import fhir_engine
 from fhir_transforms.errors import InputError, RecordRefused
-from text_deid.stack import LlmSettings
+from adapter import settings
 
 
 def fhir(
@@ -44,7 +44,7 @@ def fhir(
     vault_key_file: Optional[Path] = auditing.VaultKeyOpt,
 ) -> None:
     """De-identify FHIR R4 input into OUTPUT. Bad files are reported and skipped; the exit code says so."""
-    engine = fhir_engine(key_file, profile, stack, validate is Validation.full, today, LlmSettings(llm_url, llm_model))
+    engine = fhir_engine(key_file, profile, stack, validate is Validation.full, today, settings.llm(llm_url, llm_model))
     if input.resolve() == output.resolve():
         fail("OUTPUT must differ from INPUT")
     try:

@@ -23,7 +23,7 @@ from fhir_transforms.hl7v2.engine import HL7Deidentifier
 from fhir_transforms.hl7v2.message import decode_bytes
 from fhir_transforms.hl7v2.rules import load_hl7_profile
 from fhir_transforms.rules import ProfileError
-from text_deid.stack import LlmSettings
+from adapter import settings
 
 SUFFIXES = (".hl7", ".txt", ".er7")
 
@@ -53,7 +53,7 @@ def hl7(
     actor: Optional[str] = auditing.ActorOpt,
 ) -> None:
     """De-identify HL7v2 ER7 messages into OUTPUT. Bad files are reported and skipped; the exit code says so."""
-    base = fhir_engine(key_file, profile, stack, False, today, LlmSettings(llm_url, llm_model))
+    base = fhir_engine(key_file, profile, stack, False, today, settings.llm(llm_url, llm_model))
     try:
         engine = HL7Deidentifier(load_hl7_profile(profile), base.pseudo, base.stack, base.clock)
     except ProfileError as e:

@@ -21,8 +21,8 @@ from adapter.mllp import listener as edge
 from fhir_transforms.hl7v2.engine import HL7Deidentifier
 from fhir_transforms.hl7v2.rules import load_hl7_profile
 from fhir_transforms.rules import ProfileError
-from text_deid.stack import LlmSettings
-from text_deid.stack import LLM_COMPONENTS, STACKS
+from text_deid.stack import SETTINGS_OF, STACKS
+from adapter import settings
 
 
 Pool = Union[Executor, edge.WorkerProcesses]
@@ -108,7 +108,7 @@ def mllp(
     except ValueError as e:
         fail(f"--allow: {e}")
     target = edge.make_target(forward, ack_timeout)
-    engine = _hl7_engine(key_file, profile, stack, LlmSettings(llm_url, llm_model))
+    engine = _hl7_engine(key_file, profile, stack, settings.llm(llm_url, llm_model))
     trail = auditing.open_trail(audit, audit_key_file)
     audit_hook = _audit_hook(trail, engine.__self__) if trail is not None else None
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
@@ -135,7 +135,7 @@ def mllp(
 def _default_message_timeout(stack) -> float:
     """An LLM answers in seconds to minutes: a stack that calls one keeps its own time limit (it fails the record
     closed itself); any other is held to DEFAULT_MESSAGE_TIMEOUT."""
-    if LLM_COMPONENTS & set(STACKS.get(stack.name, ())):
+    if any(SETTINGS_OF.get(part) == "llm" for part in STACKS.get(stack.name, ())):
         return max(edge.DEFAULT_MESSAGE_TIMEOUT, stack.timeout_s)
     return edge.DEFAULT_MESSAGE_TIMEOUT
 

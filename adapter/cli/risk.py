@@ -6,7 +6,6 @@ fails, 2 on bad usage or input (nothing written), 3 when the text stack refuses 
 from __future__ import annotations
 
 import json
-import os
 import sys
 import types
 from datetime import datetime, timezone
@@ -23,7 +22,9 @@ from adapter.risk import report as risk_report
 from fhir_transforms.hl7v2.rules import load_hl7_profile
 from text_deid import evaluation
 from text_deid.spans import DetectorError
-from text_deid.stack import LlmSettings, StackUnavailable, build_stack
+from text_deid.stack import StackUnavailable
+from adapter import settings
+from adapter.engines import text_stack
 
 EXIT_THRESHOLD = 1
 EXIT_REFUSED = 3
@@ -120,7 +121,7 @@ def _load_gold(path: Path) -> list[dict]:
 def _residual(records: list[dict], stack_name: Optional[str], narrative_chars: int, gold: Path,
               llm_url: Optional[str] = None, llm_model: Optional[str] = None) -> dict:
     try:
-        stack = build_stack(stack_name, LlmSettings(llm_url, llm_model))
+        stack = text_stack(stack_name, settings.llm(llm_url, llm_model))
     except StackUnavailable as e:
         fail(str(e))
     predicted = {}
@@ -180,9 +181,9 @@ def audit_coverage(release: risk.Release, target: Optional[str], key_file: Optio
     total = release.output_records
     if target and str(target).lower() == "off":
         return {"status": "not read (--audit off)", "release_records": total}
-    if not target and not os.environ.get(audit.AUDIT_ENV) and not (audit.state_dir() / "audit.sqlite").exists():
+    if not target and not settings.audit_store() and not (audit.state_dir() / "audit.sqlite").exists():
         return {"status": "no audit store found (pass --audit)", "release_records": total}
-    if not key_file and not os.environ.get(audit.AUDIT_KEY_ENV) and not (audit.state_dir() / "audit.key").exists():
+    if not key_file and not settings.audit_key_file() and not (audit.state_dir() / "audit.key").exists():
         return {"status": "no audit key found (pass --audit-key-file)", "release_records": total}
     try:
         trail = audit.AuditTrail.open(target, key_file)

@@ -21,7 +21,9 @@ from adapter.http.service import ServiceConfig, create_app
 from conformance.check import check
 from fhir_transforms import dates, keys
 from fhir_transforms.rules import ProfileError, load_profile
-from text_deid.stack import LlmSettings, StackUnavailable, build_stack
+from text_deid.stack import StackUnavailable
+from adapter.engines import text_stack
+from adapter import settings
 
 tokens_app = typer.Typer(help="Manage the HTTP service's client tokens.", no_args_is_help=True)
 conformance_app = typer.Typer(help="Check a $de-identify server against the Safe Harbor checks.", no_args_is_help=True)
@@ -48,12 +50,12 @@ def serve(
     """Serve POST /fhir/$de-identify, POST /hl7v2/$de-identify, GET /fhir/metadata, /healthz, /readyz, /metrics."""
     import uvicorn
 
-    llm = LlmSettings(llm_url, llm_model)
+    llm = settings.llm(llm_url, llm_model)
     try:
         key = keys.load_key(key_file)
         store = TokenStore.load(tokens)
         load_profile(profile)
-        build_stack(stack, llm)
+        text_stack(stack, llm)
     except (keys.KeyError_, TokenFileError, ProfileError, StackUnavailable) as e:
         fail(str(e))
     clock = (lambda d=date.fromisoformat(today): d) if today else dates.today

@@ -25,10 +25,11 @@ from text_deid.spans import DetectorError
 from text_deid.stack import (
     LlmSettings,
     StackUnavailable,
-    build_stack,
     detector_versions,
 )
 from text_deid.surrogates import Surrogates
+from adapter.engines import text_stack
+from adapter import settings
 
 text_app = typer.Typer(help="Run the text stack on JSONL notes.", no_args_is_help=True)
 
@@ -51,7 +52,7 @@ def _read_jsonl(path: Optional[Path]) -> list[dict]:
 
 def _text_stack(stack_name: Optional[str], llm: LlmSettings):
     try:
-        return build_stack(stack_name, llm)
+        return text_stack(stack_name, llm)
     except StackUnavailable as e:
         fail(str(e))
 
@@ -80,7 +81,7 @@ def text_detect(stack: Optional[str] = StackOpt, input: Optional[Path] = typer.O
                 output: Optional[Path] = typer.Option(None, "--out"), llm_url: Optional[str] = LlmUrl,
                 llm_model: Optional[str] = LlmModel) -> None:
     """JSONL {id, text, known?} in; JSONL {id, spans} out (offsets and categories, never text)."""
-    rows = _text_results(_text_stack(stack, LlmSettings(llm_url, llm_model)), _read_jsonl(input),
+    rows = _text_results(_text_stack(stack, settings.llm(llm_url, llm_model)), _read_jsonl(input),
                          lambda rec, spans: {"id": rec["id"], "spans": [s.to_json() for s in spans]})
     _write_jsonl(rows, output)
 
@@ -97,7 +98,7 @@ def text_redact(stack: Optional[str] = StackOpt, surrogates: bool = typer.Option
             replacement = Surrogates(Pseudonymizer(keys.load_key(key_file)))
         except keys.KeyError_ as e:
             fail(str(e))
-    rows = _text_results(_text_stack(stack, LlmSettings(llm_url, llm_model)), _read_jsonl(input),
+    rows = _text_results(_text_stack(stack, settings.llm(llm_url, llm_model)), _read_jsonl(input),
                          lambda rec, spans: {"id": rec["id"], "text": replace.apply(rec["text"], spans, replacement)})
     _write_jsonl(rows, output)
 
@@ -113,7 +114,7 @@ def eval_(gold: Path = typer.Argument(..., help="Gold JSONL: {id, text, spans:[{
         records = evaluation.load_jsonl(gold)
     except (OSError, ValueError) as e:
         fail(str(e))
-    llm = LlmSettings(llm_url, llm_model)
+    llm = settings.llm(llm_url, llm_model)
     text_stack = _text_stack(stack, llm)
     name = text_stack.name
     predicted = dict(_text_results(text_stack, records, lambda rec, spans: (rec["id"], [s.to_json() for s in spans])))

@@ -33,11 +33,12 @@ from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.r4.record import Deidentifier
 from fhir_transforms.rules import ProfileError, load_profile
 from text_deid import budget
-from text_deid.stack import DEFAULT_STACK, LlmSettings, StackUnavailable, build_stack
+from text_deid.stack import DEFAULT_STACK, LlmSettings, StackUnavailable
 import conformance
 from adapter.audit.trail import AuditError
 from fhir_transforms.hl7v2 import message as er7
 from fhir_transforms.hl7v2.engine import HL7Deidentifier
+from adapter.engines import text_stack
 
 FHIR_JSON = "application/fhir+json"
 JSON_TYPES = (FHIR_JSON, "application/json")
@@ -109,7 +110,7 @@ def create_app(config: ServiceConfig) -> FastAPI:
         if key not in config.engines:
             try:
                 config.engines[key] = Deidentifier(load_profile(key[0]), Pseudonymizer(config.key),
-                                                   build_stack(key[1], config.llm), config.clock, True)
+                                                   text_stack(key[1], config.llm), config.clock, True)
             except ProfileError as e:
                 raise HttpError(400, "invalid", str(e)) from None
             except StackUnavailable as e:
@@ -256,7 +257,7 @@ def create_app(config: ServiceConfig) -> FastAPI:
         if deid is None:
             try:
                 deid = config.engines["hl7"] = HL7Deidentifier.from_names(config.profile, Pseudonymizer(config.key),
-                                                                          build_stack(config.stack, config.llm),
+                                                                          text_stack(config.stack, config.llm),
                                                                           config.clock)
             except StackUnavailable as e:
                 raise HttpError(503, "transient", str(e)) from None

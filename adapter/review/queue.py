@@ -39,6 +39,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from adapter.audit import trail as audit
 from fhir_transforms import keys
 from text_deid.spans import CATEGORIES, KnownIdentifier, Span
+from adapter import settings
 
 QUEUE_ENV = "DEID_ADAPTER_REVIEW_QUEUE"
 REVIEW_KEY_ENV = "DEID_ADAPTER_REVIEW_KEY_FILE"
@@ -164,7 +165,7 @@ class QueueRow:
 
 def queue_url(target: str | os.PathLike | None = None) -> str:
     """A SQLAlchemy URL from a URL, a SQLite path, or None (DEID_ADAPTER_REVIEW_QUEUE, else review.sqlite)."""
-    return audit.database_url(target or os.environ.get(QUEUE_ENV) or audit.state_dir() / "review.sqlite")
+    return audit.database_url(target or settings.review_queue() or audit.state_dir() / "review.sqlite")
 
 
 def _aad(item_id: str, site: str) -> bytes:

@@ -8,6 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from adapter import settings
+
 from tests.support import OllamaStub
 from text_deid import prompts
 from text_deid.detectors.llm import (CHUNK_CHARS, DEFAULT_MODEL, LlmDetector, LlmSettings, LlmUnavailable,
@@ -21,14 +23,13 @@ FILLER = "Vitals stable, afebrile, tolerating diet, ambulating in the hall with 
 
 
 @pytest.fixture
-def ollama(monkeypatch):
-    monkeypatch.setenv("DEID_ADAPTER_LLM_TIMEOUT_S", "2")
+def ollama():
     with OllamaStub() as stub:
         yield stub
 
 
 def detector(stub: OllamaStub) -> LlmDetector:
-    return LlmDetector(LlmSettings(stub.url, MODEL))
+    return LlmDetector(LlmSettings(stub.url, MODEL, timeout_s=2))
 
 
 def found(text: str, spans) -> list[tuple[str, str]]:
@@ -161,11 +162,10 @@ def test_a_cut_answer_is_asked_again_as_two_halves_that_can_succeed(ollama):
     assert llm.counts["split_retries"] == 1 and len(ollama.requests) == 3
 
 
-def test_chunks_run_concurrently_in_a_bounded_pool(ollama, monkeypatch):
-    monkeypatch.setenv("DEID_ADAPTER_LLM_CONCURRENCY", "3")
+def test_chunks_run_concurrently_in_a_bounded_pool(ollama):
     text = FILLER * 120  # about 6 chunks
     ollama.answer("Vitals", [], misbehave="slow", delay=0.3)
-    llm = detector(ollama)
+    llm = LlmDetector(LlmSettings(ollama.url, MODEL, timeout_s=2, concurrency=3))
     import time
 
     start = time.perf_counter()
@@ -189,12 +189,20 @@ def test_no_endpoint_no_server_or_no_model_make_the_detector_unavailable(ollama,
         LlmDetector(LlmSettings(f"http://127.0.0.1:{free_port()}", MODEL))
     with pytest.raises(LlmUnavailable, match=f"ollama pull {DEFAULT_MODEL}"):
         LlmDetector(LlmSettings(ollama.url))
-    monkeypatch.setenv("DEID_ADAPTER_LLM_URL", ollama.url)
+    monkeypatch.setenv("DEID_ADAPTER_LLM_URL", ollama.url)  # the edges read the environment (adapter/settings.py)
     monkeypatch.setenv("DEID_ADAPTER_LLM_MODEL", MODEL)
-    assert LlmDetector().model == MODEL
+    assert LlmDetector(settings.llm()).model == MODEL
     monkeypatch.setenv("DEID_ADAPTER_LLM_NUM_CTX", "2048")
     with pytest.raises(LlmUnavailable, match="num_ctx 2048 is too small"):
-        LlmDetector()
+        LlmDetector(settings.llm())
+
+
+def test_the_detector_reads_no_environment(ollama, monkeypatch):
+    monkeypatch.setenv("DEID_ADAPTER_LLM_URL", ollama.url)
+    monkeypatch.setenv("DEID_ADAPTER_LLM_NUM_CTX", "2048")
+    with pytest.raises(LlmUnavailable, match="no LLM endpoint configured"):
+        LlmDetector(LlmSettings())
+    assert LlmDetector(LlmSettings(ollama.url, MODEL)).endpoint.num_ctx == 8192
 
 
 def test_the_prompt_version_and_hash_land_in_audit_records(ollama):

@@ -38,6 +38,9 @@ class FakeNer:
     reports = [("Quillan Zyxwortel", "NAME"), ("503-555-0187", "PHONE_NUMBER"), ("Hollis Creek Clinic", "NAME"),
                ("Brimwood", "GEOGRAPHIC_LOCATION"), ("Osei", "NAME"), ("Parkinson", "NAME"), ("Danika", "NAME")]
 
+    def __init__(self, settings=None):  # the stack hands the NER its settings
+        pass
+
     def detect(self, text, known):
         return [at(text, t, c, "ner") for t, c in self.reports if t in text]
 
@@ -53,7 +56,7 @@ def ollama(monkeypatch):
 
 
 def settings(stub: OllamaStub) -> LlmSettings:
-    return LlmSettings(stub.url, MODEL)
+    return LlmSettings(stub.url, MODEL, timeout_s=1)
 
 
 def second_opinion_questions(stub: OllamaStub) -> list[str]:

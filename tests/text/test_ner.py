@@ -10,7 +10,8 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from text_deid.detectors import ner as ner_mod  # noqa: E402
-from text_deid.detectors.ner import DEFAULT_MODEL, NerDetector, NerUnavailable  # noqa: E402
+from text_deid.detectors.ner import DEFAULT_MODEL, NerDetector, NerSettings, NerUnavailable  # noqa: E402
+from adapter.engines import text_stack  # noqa: E402
 from text_deid.spans import DetectorError  # noqa: E402
 from text_deid.stack import StackUnavailable, build_stack
 from text_deid.stack import DETECTORS, TextStack
@@ -130,9 +131,11 @@ def test_missing_model_fails_closed(tmp_path):
 
 
 def test_stack_unavailable_when_model_missing(monkeypatch, tmp_path):
-    monkeypatch.setenv("DEID_ADAPTER_NER_MODEL", str(tmp_path / "missing-model"))
     with pytest.raises(StackUnavailable, match="ner: model folder not found"):
-        build_stack("ner-only")
+        build_stack("ner-only", ner=NerSettings(model_path=str(tmp_path / "missing-model")))
+    monkeypatch.setenv("DEID_ADAPTER_NER_MODEL", str(tmp_path / "missing-model"))  # the edges read it
+    with pytest.raises(StackUnavailable, match="ner: model folder not found"):
+        text_stack("ner-only")
 
 
 def test_bad_label_map_fails(tmp_path):
@@ -199,7 +202,7 @@ def test_without_torch_the_stack_is_unavailable(monkeypatch):
     with pytest.raises(NerUnavailable, match="needs torch and transformers"):
         NerDetector()
     with pytest.raises(StackUnavailable, match="deid-adapter\\[ner\\]"):
-        _ner()
+        _ner(NerSettings())
 
 
 @pytest.mark.parametrize("text,names", [

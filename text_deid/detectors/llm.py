@@ -2,12 +2,12 @@
 
 Configuration
 -------------
-* `LlmSettings(url, model)` from `--llm-url` / `--llm-model`, else env `DEID_ADAPTER_LLM_URL` /
-  `DEID_ADAPTER_LLM_MODEL`. There is no default endpoint (an LLM stack without one is unavailable, exit 2);
-  the default model is `DEFAULT_MODEL`, which a site pulls itself (`ollama pull qwen2.5:7b-instruct`).
-* Env `DEID_ADAPTER_LLM_TIMEOUT_S` (per request, default 120), `DEID_ADAPTER_LLM_CONCURRENCY` (requests in
-  flight per process, default 4), `DEID_ADAPTER_LLM_NUM_CTX` (default 8192; refused when the prompt could
-  not fit, since Ollama would silently cut it).
+* `LlmSettings`: the endpoint and model, the time limit per request (default 120 s), the requests in flight
+  per process (default 4) and `num_ctx` (default 8192; refused when the prompt could not fit, since Ollama
+  would silently cut it). The edges fill them from options and the environment (adapter/settings.py); the
+  detector never reads the environment. There is no default endpoint (an LLM stack without one is
+  unavailable, exit 2); the default model is `DEFAULT_MODEL`, which a site pulls itself
+  (`ollama pull qwen2.5:7b-instruct`).
 
 Requests: temperature 0 and a fixed seed, thinking disabled on models that can think, `num_ctx` set, the
 answer schema (`prompts/schema.json`) passed as the structured-output `format`.
@@ -23,6 +23,7 @@ a second failure, a timeout, a connection or HTTP error raise DetectorError. Mes
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import json
 import os
 import re
@@ -40,7 +41,6 @@ from text_deid.spans import CATEGORIES, DetectorError, KnownIdentifier, Span
 DETECTOR = "llm"
 VERSION = "1"
 DEFAULT_MODEL = "qwen2.5:7b-instruct"
-URL_ENV, MODEL_ENV = "DEID_ADAPTER_LLM_URL", "DEID_ADAPTER_LLM_MODEL"
 CHUNK_CHARS, OVERLAP_CHARS = 2000, 200
 NUM_PREDICT = 2048  # output tokens per chunk: room for about a hundred items
 PROBE_TIMEOUT_S = 10.0
@@ -59,24 +59,20 @@ class UnusableAnswer(Exception):
 
 @dataclass(frozen=True)
 class LlmSettings:
-    """Where the LLM stacks find their model; None falls back to the environment, then the defaults."""
+    """Where the LLM stacks find their model, and how long and how many requests they may run."""
 
     url: str | None = None
     model: str | None = None
+    timeout_s: float = 120.0
+    concurrency: int = 4
+    num_ctx: int = 8192
 
     def resolved(self) -> LlmSettings:
-        return LlmSettings(self.url or os.environ.get(URL_ENV) or None,
-                           self.model or os.environ.get(MODEL_ENV) or DEFAULT_MODEL)
-
-
-def _env_number(name: str, default: float, kind: type = float):
-    try:
-        value = kind(os.environ.get(name, default))
-    except ValueError:
-        raise LlmUnavailable(f"llm: {name} must be a number") from None
-    if value <= 0:
-        raise LlmUnavailable(f"llm: {name} must be positive")
-    return value
+        """These settings with the default model where none is named; LlmUnavailable for a limit below 1."""
+        for name in ("timeout_s", "concurrency", "num_ctx"):
+            if not getattr(self, name) > 0:
+                raise LlmUnavailable(f"llm: {name} must be positive")
+        return dataclasses.replace(self, model=self.model or DEFAULT_MODEL)
 
 
 class OllamaEndpoint:
@@ -91,12 +87,10 @@ class OllamaEndpoint:
                                  "(pip install 'deid-adapter[llm]')") from None
         settings = settings.resolved()
         if not settings.url:
-            raise LlmUnavailable(f"{component}: no LLM endpoint configured: set --llm-url or {URL_ENV} "
+            raise LlmUnavailable(f"{component}: no LLM endpoint configured: set --llm-url or DEID_ADAPTER_LLM_URL "
                                  "(Ollama listens on http://127.0.0.1:11434 by default)")
         self.component, self.url, self.model = component, settings.url, settings.model
-        self.timeout_s = _env_number("DEID_ADAPTER_LLM_TIMEOUT_S", 120.0)
-        self.concurrency = _env_number("DEID_ADAPTER_LLM_CONCURRENCY", 4, int)
-        self.num_ctx = _env_number("DEID_ADAPTER_LLM_NUM_CTX", 8192, int)
+        self.timeout_s, self.concurrency, self.num_ctx = settings.timeout_s, settings.concurrency, settings.num_ctx
         self._ollama, self._httpx = ollama, httpx
         self._client = ollama.Client(host=self.url, timeout=self.timeout_s)
         self.thinks = self._probe()

@@ -2,18 +2,21 @@
 
 Configuration
 -------------
-* Model folder: `NerDetector(model_path=...)`, else env `DEID_ADAPTER_NER_MODEL`, else the project's
+Settings come in `NerSettings` (the edges fill them from the environment, adapter/settings.py; the detector
+never reads it):
+
+* Model folder: `model_path`, else the project's
   model in `text_deid/models/ner-tiny-cased` (a 4-layer cased BERT trained on synthetic notes by
   `python -m text_deid.ner_training.train`).  The folder must hold a *fast* tokenizer (offsets are
   taken from its `offset_mapping`) and a `*ForTokenClassification` model.
-* Label map: `labels.json` / `labels.yaml` in the model folder, or env `DEID_ADAPTER_NER_LABELS`
+* Label map: `labels.json` / `labels.yaml` in the model folder, or `labels_path`
   (a JSON or YAML file): model entity type → our category, e.g. for an i2b2 model
   `{"PATIENT": "NAME", "STAFF": "NAME", "HOSP": "GEOGRAPHIC_LOCATION", "DATE": "DATE", "AGE": null}`.
   Model labels are read as `O` or `PREFIX-TYPE` with PREFIX in B, I, L, U, E, S (BIO/BILOU/BIOES);
   `null` ignores a type on purpose.  A model type that is missing from the map is a configuration
   error (never silently dropped).
-* Threads: `torch.set_num_threads(DEID_ADAPTER_NER_THREADS or 1)`.
-* Threshold: a token is PHI when 1 - P(O) >= `DEID_ADAPTER_NER_THRESHOLD` (default 0.8, chosen on the
+* Threads: `torch.set_num_threads(threads or 1)`.
+* Threshold: a token is PHI when 1 - P(O) >= `threshold` (default 0.8, chosen on the
   ASQ-PHI tuning half as the lowest of 0.5/0.8/0.9/0.95 at which `no-llm` keeps the upper 95% bound of
   hard negatives flagged under 5% and the lower bound of precision over 97%: a low threshold keeps the
   most NER recall for text the other layers miss); its category is the most probable non-O type.
@@ -35,6 +38,7 @@ import json
 import os
 import re
 import threading
+from dataclasses import dataclass
 from typing import Sequence
 
 from text_deid import budget
@@ -118,20 +122,29 @@ def _split_label(label: str) -> tuple[str | None, str | None]:
     return "I", label
 
 
+@dataclass(frozen=True)
+class NerSettings:
+    """Which model, label map, threads and threshold the NER detector runs with (None: the defaults)."""
+
+    model_path: str | None = None
+    labels_path: str | None = None
+    threads: int | None = None
+    threshold: float | None = None
+
+
 class NerDetector:
     name = DETECTOR
 
     def __init__(self, model_path: str | None = None, labels_path: str | None = None, *,
                  max_len: int | None = None, stride: int | None = None, threshold: float | None = None,
                  threads: int | None = None):
-        path = model_path or os.environ.get("DEID_ADAPTER_NER_MODEL") or DEFAULT_MODEL
+        path = model_path or DEFAULT_MODEL
         if not os.path.isdir(path):
             raise NerUnavailable(f"ner: model folder not found: {path} (set DEID_ADAPTER_NER_MODEL)")
         if not any(os.path.isfile(os.path.join(path, f)) for f in ("model.safetensors", "pytorch_model.bin")):
             raise NerUnavailable(f"ner: no model weights (model.safetensors) in {path}")
         if not os.path.isfile(os.path.join(path, "tokenizer.json")):
             raise NerUnavailable(f"ner: no fast tokenizer (tokenizer.json) in {path}")
-        labels_path = labels_path or os.environ.get("DEID_ADAPTER_NER_LABELS")
         if not labels_path:
             for f in ("labels.json", "labels.yaml", "labels.yml"):
                 if os.path.isfile(os.path.join(path, f)):
@@ -149,7 +162,7 @@ class NerDetector:
                 f"ner: needs torch and transformers ({e.name} is not installed; pip install 'deid-adapter[ner]')"
             ) from None
         self._torch = torch
-        n_threads = threads or int(os.environ.get("DEID_ADAPTER_NER_THREADS", "1"))
+        n_threads = threads or 1
         torch.set_num_threads(max(1, n_threads))
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         try:
@@ -178,7 +191,7 @@ class NerDetector:
         self.stride = stride if stride is not None else self.max_len // 4
         if not 0 <= self.stride < (self.max_len - 2) // 2 + 1:
             raise NerUnavailable("ner: stride must be smaller than half the window")
-        self.threshold = threshold if threshold is not None else float(os.environ.get("DEID_ADAPTER_NER_THRESHOLD", str(DEFAULT_THRESHOLD)))
+        self.threshold = threshold if threshold is not None else DEFAULT_THRESHOLD
         self.model_path = path
         # what the audit trail records: which weights, at which threshold (never the model object)
         self.version = f"{os.path.basename(os.path.normpath(path))} sha256:{_weights_digest(path)} threshold={self.threshold}"
