@@ -29,15 +29,15 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's packages, as the listener's `-m` run uses
 
-from adapter.mllp.listener import (FrameDecoder, MllpListener, MllpTarget, build_ack, frame, loop_factory,  # noqa: E402
-                          parse_header, read_ack, serve)
+from adapter.mllp.listener import (FrameDecoder, MllpListener, MllpTarget, build_ack, frame, loop_factory,
+                                   parse_header, read_ack, serve)
 from fhir_transforms.hl7v2.message import decode_bytes, parse_text
 from adapter.cli.mllp import _hl7_engine
 from fhir_transforms.errors import InputError, RecordRefused
 
+ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT.parent / "shared" / "data" / "hl7v2"
 HOST = "127.0.0.1"
 

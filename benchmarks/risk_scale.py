@@ -26,7 +26,8 @@ def write_export(root: Path, n: int, seed: int = 0) -> None:
                                 "birthDate": str(rng.randint(1936, 2025)),
                                 "address": [{"postalCode": f"{rng.randint(0, 999):03d}"}]}) + "\n")
             for j in range(rng.randint(0, 6)):
-                e.write(json.dumps({"resourceType": "Encounter", "id": f"e{i}-{j}", "subject": {"reference": f"Patient/{pid}"}}) + "\n")
+                e.write(json.dumps({"resourceType": "Encounter", "id": f"e{i}-{j}",
+                                    "subject": {"reference": f"Patient/{pid}"}}) + "\n")
             for j in range(rng.randint(0, 3)):
                 c.write(json.dumps({"resourceType": "Condition", "id": f"c{i}-{j}", "subject": {"reference": f"Patient/{pid}"},
                                     "code": {"coding": [{"system": "s", "code": str(rng.randint(1, 40))}]}}) + "\n")

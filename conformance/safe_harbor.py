@@ -89,7 +89,8 @@ def searchable_text(doc) -> str:
 
 def markup_readings(text: str) -> list[str]:
     """Markup read with each tag as a space, and as rendered (inline tags as nothing), references decoded."""
-    inline = r"</?(?:a|abbr|b|bdi|bdo|big|cite|code|em|font|i|kbd|mark|q|s|samp|small|span|strike|strong|sub|sup|tt|u|var)\b[^>]*>"
+    inline = (r"</?(?:a|abbr|b|bdi|bdo|big|cite|code|em|font|i|kbd|mark|q|s|samp|small|span|strike|strong|sub|sup|tt|u|var)"
+              r"\b[^>]*>")
     return [html.unescape(re.sub(r"<[^>]+>", " ", text)),
             html.unescape(re.sub(r"<[^>]+>", " ", re.sub(inline, "", text, flags=re.I)))]
 

@@ -85,7 +85,8 @@ STACKS: dict[str, tuple[str, ...]] = {
     "gazetteer": ("known", "patterns", "gazetteer"),  # the no-llm stack without NER, for ablations
 }
 # Stack name → filters run on its spans before the merge; stacks not named here have none.
-STACK_FILTERS: dict[str, tuple[str, ...]] = {name: ("validation",) for name in ("no-llm", "recall-first", "gazetteer", "ner-only")}
+STACK_FILTERS: dict[str, tuple[str, ...]] = {name: ("validation",)
+                                             for name in ("no-llm", "recall-first", "gazetteer", "ner-only")}
 STACK_FILTERS["balanced"] = ("second-opinion", "validation")  # the veto sees every detector's spans, untrimmed
 DEFAULT_STACK = "no-llm"  # ../shared/DESIGN.md: the default when no LLM is configured
 DETECTOR_TIMEOUT_S = 300.0

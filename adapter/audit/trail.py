@@ -486,7 +486,8 @@ class AuditTrail:
         return list(range(first, seq + 1))
 
     def _checked_head(self, row) -> tuple[int, str]:
-        """(seq, record hash) of the head checkpoint row (seq, record_hash, audit_key_id, signature) once its signature verifies."""
+        """(seq, record hash) of the head checkpoint row (seq, record_hash, audit_key_id, signature) once its signature
+        verifies."""
         if row is None:
             raise AuditError(f"audit store {self.display_url}: the head checkpoint is missing; run `deid-adapter audit verify`")
         seq, record_hash, key_id, signature = row

@@ -9,7 +9,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from adapter.bulk.job import (Outcome, discover, Journal, run_identity, Settings, run_local, PatientIndex, scan, Export, run, DEFAULT_CHUNK_BYTES, WORK_DIR)
+from adapter.bulk.job import (Outcome, discover, Journal, run_identity, Settings, run_local, PatientIndex, scan, Export, run,
+                              DEFAULT_CHUNK_BYTES, WORK_DIR)
 from adapter.bulk.spark import spark_engine
 from fhir_transforms import dates
 from fhir_transforms.errors import InputError

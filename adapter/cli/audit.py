@@ -33,7 +33,8 @@ audit_app = typer.Typer(help="Verify and export the audit trail.", no_args_is_he
 vault_app = typer.Typer(help="The re-identification vault (off unless a command runs with --vault).", no_args_is_help=True)
 
 VaultStoreOpt = typer.Option(None, "--vault-store", envvar="DEID_ADAPTER_VAULT", show_envvar=True,
-                             help="Vault store: a SQLAlchemy URL or a SQLite path. Default ~/.local/state/deid-adapter/vault.sqlite.")
+                             help="Vault store: a SQLAlchemy URL or a SQLite path. "
+                                  "Default ~/.local/state/deid-adapter/vault.sqlite.")
 
 
 def _trail_for_reading(target: Optional[str], key_file: Optional[Path]) -> AuditTrail:

@@ -93,12 +93,15 @@ def mllp(
     audit: Optional[str] = auditing.AuditOpt,
     audit_key_file: Optional[Path] = auditing.AuditKeyOpt,
 ) -> None:
-    """Receive HL7v2 over MLLP; de-identify each message, queue it durably, ACK AA, and forward it downstream.
+    # The help shows the docstring's line breaks, so its long paragraph is one line, written in pieces.
+    ("""Receive HL7v2 over MLLP; de-identify each message, queue it durably, ACK AA, and forward it downstream.
 
-    AE: the message cannot be de-identified as given, or reuses the MSH-10 of a different message. AR: bad frame, no MSH, unsupported MSH-18, too large, refused, over the time limit, or the queue is unavailable. The ERR segment names the problem, never a value.
+    AE: the message cannot be de-identified as given, or reuses the MSH-10 of a different message. AR: bad frame, no MSH, """
+     """unsupported MSH-18, too large, refused, over the time limit, or the queue is unavailable. The ERR segment names the """
+     """problem, never a value.
 
     SIGTERM or Ctrl-C: stop accepting, finish the messages in hand, flush the queue, exit 0.
-    """
+    """)
     try:
         listen_at = edge.parse_address(listen)
     except ValueError as e:

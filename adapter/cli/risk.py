@@ -43,7 +43,8 @@ def risk_command(
     population: Optional[int] = typer.Option(None, "--population", min=1,
                                              help="Size of the population the release was drawn from (journalist and "
                                                   "marketer risks); default: the release is the whole population."),
-    gold: Optional[Path] = typer.Option(None, "--gold", help="Gold-annotated JSONL of the site's own notes: residual PHI estimate."),
+    gold: Optional[Path] = typer.Option(None, "--gold",
+                                        help="Gold-annotated JSONL of the site's own notes: residual PHI estimate."),
     stack: Optional[str] = StackOpt,
     report: Optional[Path] = typer.Option(None, "--report", help="Write the HTML report here and the JSON beside it "
                                                                  "(same name, .json); default: JSON on stdout."),

@@ -97,7 +97,8 @@ def create_app(config: ServiceConfig) -> FastAPI:
                         media_type=FHIR_JSON, headers=getattr(e, "headers", None))
 
     registry = CollectorRegistry()
-    requests_total = Counter("deid_requests_total", "Requests by operation and status", ["operation", "status"], registry=registry)
+    requests_total = Counter("deid_requests_total", "Requests by operation and status", ["operation", "status"],
+                             registry=registry)
     latency = Histogram("deid_request_seconds", "Request latency", ["operation"], registry=registry,
                         buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120))
     refusals = Counter("deid_refusals_total", "Refused records by reason", ["reason"], registry=registry)

@@ -100,7 +100,8 @@ def _num(value, digits: int = 4) -> str:
 
 def _ci(entry: dict, digits: int = 4) -> str:
     ci = entry.get("ci95")
-    return f"{_num(entry['value'], digits)} [{_num(ci[0], digits)}, {_num(ci[1], digits)}]" if ci else _num(entry["value"], digits)
+    return (f"{_num(entry['value'], digits)} [{_num(ci[0], digits)}, {_num(ci[1], digits)}]" if ci
+            else _num(entry["value"], digits))
 
 
 def _table(rows: list[tuple], header: tuple | None = None) -> str:
@@ -176,7 +177,8 @@ def render_html(figures: dict) -> str:
     sug = figures["suggested_generalizations"]
     parts += ["<h2>Suggested generalizations</h2>",
               f"<p>Target k = {_num(sug['target_k'])}: "
-              + ("already met." if not sug["steps"] else ("reached" if sug["reached"] else "not reached") + " by these steps, in order:")
+              + ("already met." if not sug["steps"]
+                 else ("reached" if sug["reached"] else "not reached") + " by these steps, in order:")
               + "</p>"]
     if sug["steps"]:
         parts.append(_table([(str(i), _e(s["quasi_identifier"]), _e(s["to"]), _num(s["k"]), _num(s["below_k_share"]),

@@ -20,7 +20,8 @@ from text_deid import stack
 from adapter.cli.main import app
 
 MSH = "MSH|^~\\&|APP|FAC|RCV|RFAC|20240101120000+0100||ADT^A01^ADT_A01|CTRL1|P|2.5.1"
-PID = "PID|1||MRN12345^^^HOSP&2.16.840.1.113883.19.5&ISO^MR||Quixote^Donna^Maria||19700312|F|||12 Elm Street^^Springfield^IL^62704||(217)555-0199"
+PID = ("PID|1||MRN12345^^^HOSP&2.16.840.1.113883.19.5&ISO^MR||Quixote^Donna^Maria||19700312|F|||"
+       "12 Elm Street^^Springfield^IL^62704||(217)555-0199")
 
 
 def msg(*segments: str) -> str:

@@ -69,7 +69,8 @@ def test_urn_uuid_references_stay_uuids(outputs):
     _, out = outputs["a"]
     doc = json.loads(next((out / "synthea-bundles").glob("*.json")).read_text())
     urns = [v for k, v in leak_check.nodes(doc) if isinstance(v, str) and v.startswith("urn:uuid:")]
-    assert urns and all(re.fullmatch(r"urn:uuid:[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}", u) for u in urns)
+    assert urns and all(re.fullmatch(r"urn:uuid:[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}", u)
+                        for u in urns)
     assert doc["type"] == "transaction" and all(e["request"]["url"] for e in doc["entry"])
 
 

@@ -56,7 +56,8 @@ def test_every_reference_still_resolves_and_output_is_deterministic(test_key, bu
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(given_name=words, family=words, filler=st.lists(st.sampled_from(["pt", "seen", "today", "with", "cough", ",", "."]), max_size=8))
+@given(given_name=words, family=words,
+       filler=st.lists(st.sampled_from(["pt", "seen", "today", "with", "cough", ",", "."]), max_size=8))
 def test_no_known_name_survives_in_narrative(test_key, given_name, family, filler):
     engine = make_engine(test_key, validate=False)
     note = " ".join(filler + [given_name, family.upper(), "and", f"{family}, {given_name}", f"{given_name[0]}. {family}"])

@@ -167,7 +167,8 @@ def test_garbage_output_fails_closed(det, monkeypatch):
         def __init__(self, logits):
             self.logits = logits
 
-    monkeypatch.setattr(det, "model", lambda input_ids, attention_mask: Out(torch.full((*input_ids.shape, len(det._label_cat)), float("nan"))))
+    monkeypatch.setattr(det, "model",
+                        lambda input_ids, attention_mask: Out(torch.full((*input_ids.shape, len(det._label_cat)), float("nan"))))
     with pytest.raises(DetectorError, match="not finite"):
         det.detect("pt Maria Gonzalez seen today")
     monkeypatch.setattr(det, "model", lambda input_ids, attention_mask: Out(torch.zeros((1, 2, 3))))

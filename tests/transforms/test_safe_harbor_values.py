@@ -81,7 +81,8 @@ def test_ages_over_89(test_key, value, unit, expected_value, comparator):
 def test_instants_cannot_hold_a_year_so_optional_ones_are_removed_and_required_ones_floored(test_key):
     engine = make_engine(test_key)
     prov = {"resourceType": "Provenance", "id": "x", "target": [{"reference": "Patient/p1"}],
-            "recorded": "2015-02-07T13:28:17.239+02:00", "agent": [{"who": {"reference": "Practitioner/d1"}}], "meta": {"lastUpdated": "2015-02-07T13:28:17.239+02:00"}}
+            "recorded": "2015-02-07T13:28:17.239+02:00", "agent": [{"who": {"reference": "Practitioner/d1"}}],
+            "meta": {"lastUpdated": "2015-02-07T13:28:17.239+02:00"}}
     out = engine.deidentify(prov).resource
     assert out["recorded"] == "2015-01-01T00:00:00Z"
     assert "lastUpdated" not in out["meta"]

@@ -189,7 +189,8 @@ class GazetteerDetector:
         for i, t in enumerate(tokens):
             nxt = tokens[i + 1] if i + 1 < n and _joined(text, t, tokens[i + 1]) else None
             # title + name: "Dr. Smith", "Dr. Alan S.", "Mr. D. Jones", "Dr. A."
-            if t.key in TITLES and t.capitalized and (t.dot or t.key in {"doctor", "nurse", "sister", "professor", "miss"}) and nxt:
+            if (t.key in TITLES and t.capitalized and (t.dot or t.key in {"doctor", "nurse", "sister", "professor", "miss"})
+                    and nxt):
                 end = self._name_run(text, tokens, i + 1, require_cap=True)
                 if end > i:
                     out.append(Span(t.start, _end(tokens[end]), NAME, DETECTOR, 0.95))
@@ -321,7 +322,8 @@ class GazetteerDetector:
                 end = self._heads_after(text, tokens, k - 1)
                 strong = any(tokens[m].key in STRONG_HEADS for m in range(k, end + 1))
                 multi = end > k
-                if strong or multi or tokens[k].key in {"center", "centre", "memorial", "general", "institute", "va", "healthcare"} \
+                if strong or multi \
+                        or tokens[k].key in {"center", "centre", "memorial", "general", "institute", "va", "healthcare"} \
                         or (tokens[i:k] and tuple(x.key for x in tokens[i:k]) in lex.places):
                     return end, 0.9 if strong or multi else 0.75
                 return None
@@ -339,7 +341,8 @@ class GazetteerDetector:
         """Extend past facility words after tokens[k]: "Johns Hopkins" + " University Hospital"."""
         while k + 1 < len(tokens) and _joined(text, tokens[k], tokens[k + 1]):
             nxt = tokens[k + 1]
-            if nxt.capitalized and (self._head_len(tokens, k + 1) or nxt.key in {"university", "children", "presbyterian", "methodist", "langone", "health"}):
+            if nxt.capitalized and (self._head_len(tokens, k + 1)
+                                    or nxt.key in {"university", "children", "presbyterian", "methodist", "langone", "health"}):
                 k += max(1, self._head_len(tokens, k + 1))
             elif not nxt.capitalized and nxt.key in PLACE_FOLLOWERS:
                 k += 1

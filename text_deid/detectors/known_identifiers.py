@@ -103,7 +103,8 @@ DATE_SHAPE_RE = re.compile(
     rf"){E}",
     re.IGNORECASE,
 )
-MONTH_NUMBER = {m.lower(): i + 1 for i, m in enumerate(MONTHS)} | {m[:3].lower(): i + 1 for i, m in enumerate(MONTHS)} | {"sept": 9}
+MONTH_NUMBER = ({m.lower(): i + 1 for i, m in enumerate(MONTHS)} | {m[:3].lower(): i + 1 for i, m in enumerate(MONTHS)}
+                | {"sept": 9})
 
 
 # DATE_SHAPE_RE is slow to try at every character (IGNORECASE, month names, a look-behind first). A match

@@ -100,12 +100,13 @@ _DATE_SRC = rf"""
 | (?P<mdn>(?<![\d/.,:-])(?P<m>\d{{1,2}})/(?P<d>\d{{1,2}})(?![\d/]|[.,]\d))
 """
 
-_AGE_SRC = r"""
+_AGE_SRC = (r"""
   (?<![\d.,])(?P<age1>\d{2,3})(?:\s*|-)(?:years?|yrs?|y/o|y\.o\.?|yo)(?![a-z])
 | \bage[ds]?\b(?:\s*(?:of|is|was|[:=])\s*|\s+)(?P<age2>\d{2,3})(?![\d.])
 | \b(?:in|into)\s+(?:his|her|their|the)\s+(?:late\s+|early\s+|mid[-\s])?(?P<age3>(?:9|1[0-2])0'?s|nineties)\b
-| \b(?P<age4>ninety(?:[-\s](?:one|two|three|four|five|six|seven|eight|nine))?|one\s+hundred(?:\s+and\s+[a-z]+)?)[-\s]+(?:years?[-\s]+old|yo)\b
-"""
+| \b(?P<age4>ninety(?:[-\s](?:one|two|three|four|five|six|seven|eight|nine))?|one\s+hundred(?:\s+and\s+[a-z]+)?)"""
+            r"""[-\s]+(?:years?[-\s]+old|yo)\b
+""")
 
 # label families -> category.  Alternation order matters (longest / most specific first).
 _LABELS: list[tuple[str, str, str]] = [
@@ -216,7 +217,8 @@ _DATE_NUM_SRC = r"""
 | (?P<mdy>(?<![\d/.,-])(?P<a>\d{1,2})(?P<s>[/.-])(?P<b>\d{1,2})(?P=s)(?P<y>\d{4}|\d{2})(?![\d/-]|\.\d))
 | (?P<mdn>(?<![\d/.,:-])(?P<m>\d{1,2})/(?P<d>\d{1,2})(?![\d/]|[.,]\d))
 """
-_AGE_NUM_SRC = r"(?<![\d.,])(?P<age>9\d|1[0-3]\d)(?:\s*|-)(?:years?|yrs?|y/o|y\.o\.?|yo)(?![a-z])|\bage[ds]?\b(?:\s*(?:of|is|was|[:=])\s*|\s+)(?P<age2>9\d|1[0-3]\d)(?![\d.])"
+_AGE_NUM_SRC = (r"(?<![\d.,])(?P<age>9\d|1[0-3]\d)(?:\s*|-)(?:years?|yrs?|y/o|y\.o\.?|yo)(?![a-z])"
+                r"|\bage[ds]?\b(?:\s*(?:of|is|was|[:=])\s*|\s+)(?P<age2>9\d|1[0-3]\d)(?![\d.])")
 _LABEL_ANCHOR_WORDS = (
     "ss social vin vehicle licen plate serial s/n sn device udi imei implant mr med record chart hospital unit acc "
     "billing routing invoice ins health plan policy member subscriber group beneficiary medicare medicaid hicn mbi "

@@ -31,7 +31,8 @@ def per_category_precision(gold, pred):
 def run(name, gold, detect):
     pred = {r["id"]: [s.to_json() for s in detect(r["text"])] for r in gold}
     res = evaluate(gold, pred, resamples=200, seed=0)
-    out = {k: res[k]["value"] for k in ("span_recall", "span_precision", "char_recall", "hard_negative_over_redaction", "strict_f1")}
+    out = {k: res[k]["value"]
+           for k in ("span_recall", "span_precision", "char_recall", "hard_negative_over_redaction", "strict_f1")}
     out["per_category_recall"] = {c: (v["recall"]["value"], v["gold"]) for c, v in res["per_category"].items()}
     out["per_category_precision"] = per_category_precision(gold, pred)
     print(name, json.dumps(out), flush=True)

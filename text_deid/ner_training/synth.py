@@ -395,11 +395,11 @@ class Gen:
         r = self.rng
         style = style or r.choices(
             ["fl", "fml", "lf", "fi", "il", "f", "l", "fmil", "lfm"], weights=[30, 8, 6, 14, 6, 8, 6, 3, 3])[0]
-        f, l, i = self.first(), self.last(), self.initial()
+        f, last, i = self.first(), self.last(), self.initial()
         return {
-            "fl": f"{f} {l}", "fml": f"{f} {i}. {l}", "lf": f"{l}, {f}", "fi": f"{f} {i}.", "il": f"{i}. {l}",
-            "f": f, "l": l, "fmil": f"{f} {self.initial()}{i}. {l}" if r.random() < 0.2 else f"{f} {i} {l}",
-            "lfm": f"{l.upper()}, {f.upper()} {i}",
+            "fl": f"{f} {last}", "fml": f"{f} {i}. {last}", "lf": f"{last}, {f}", "fi": f"{f} {i}.", "il": f"{i}. {last}",
+            "f": f, "l": last, "fmil": f"{f} {self.initial()}{i}. {last}" if r.random() < 0.2 else f"{f} {i} {last}",
+            "lfm": f"{last.upper()}, {f.upper()} {i}",
         }[style]
 
     # ---- places
@@ -456,7 +456,8 @@ class Gen:
         if x < 0.82:
             return f"{_pick(r, FAC_WORDS)} {_pick(r, FAC_SUFFIX)}"
         if x < 0.87:
-            return f"{_pick(r, ['Mt.', 'Mount'])} {_pick(r, ['Carmel', 'Auburn', 'Vernon', 'Hope', 'Sinai', self.last()])} {_pick(r, FAC_SUFFIX)}"
+            return (f"{_pick(r, ['Mt.', 'Mount'])} {_pick(r, ['Carmel', 'Auburn', 'Vernon', 'Hope', 'Sinai', self.last()])} "
+                    f"{_pick(r, FAC_SUFFIX)}")
         if x < 0.93:
             return f"University of {self.state()} {_pick(r, ['Medical Center', 'Hospital', 'Health'])}"
         acr = "".join(r.choice("ABCDEFGHJKLMNPRSTUVW") for _ in range(r.randint(3, 5)))
@@ -500,7 +501,8 @@ class Gen:
 
     def email(self) -> str:
         r = self.rng
-        return f"{self.first().lower()}.{self.last().lower().replace(' ', '')}{r.randint(1, 99) if r.random() < 0.5 else ''}@{_pick(r, ['gmail.com', 'yahoo.com', 'outlook.com', 'aol.com', 'icloud.com', 'comcast.net'])}"
+        return (f"{self.first().lower()}.{self.last().lower().replace(' ', '')}{r.randint(1, 99) if r.random() < 0.5 else ''}"
+                f"@{_pick(r, ['gmail.com', 'yahoo.com', 'outlook.com', 'aol.com', 'icloud.com', 'comcast.net'])}")
 
     def age(self) -> tuple[str, str | None]:
         r = self.rng
@@ -598,9 +600,11 @@ NURSING_TEMPLATES = [
     "Chaplain visited per pt request. {WNEG}",
 ]
 DISCHARGE_TEMPLATES = [
-    "DISCHARGE SUMMARY\nPatient: {PTUP}\nMRN: {MRN}\nAdmission Date: {DATEF}\nDischarge Date: {DATEF}\nAttending: {DRFULL}, {mdcred}\n",
+    ("DISCHARGE SUMMARY\nPatient: {PTUP}\nMRN: {MRN}\nAdmission Date: {DATEF}\nDischarge Date: {DATEF}\n"
+     "Attending: {DRFULL}, {mdcred}\n"),
     "Patient Name: {PT}    DOB: {DATEF}    MRN: {MRN}\n",
-    "HISTORY OF PRESENT ILLNESS:\n{PT} is a {AGE}-year-old {sex} with a history of {cond}, {epo} and {cond} who presented to {FAC} on {DATE} with {cond}.",
+    ("HISTORY OF PRESENT ILLNESS:\n{PT} is a {AGE}-year-old {sex} with a history of {cond}, {epo} and {cond} "
+     "who presented to {FAC} on {DATE} with {cond}."),
     "The patient was transferred from {FAC} in {CITYST} for further management of {cond}.",
     "HOSPITAL COURSE:\n{cond}: treated with {gdrug} and {drug}; {lab} trended down. {sign} removed on {DATE}.",
     "She was seen by {service} (Dr. {DR}) who recommended {proc}.",
@@ -666,10 +670,12 @@ class Filler:
                 doc.add(f"{_pick(r, ['Mr.', 'Mrs.', 'Ms.', 'Mr', 'Ms', 'Miss'])} ")
                 doc.add(self.pt_last, "NAME")
             else:
-                f, l, i = self.pt_first, self.pt_last, g.initial()
-                doc.add({"full": f"{f} {l}", "fi": f"{f} {l[0]}.", "fml": f"{f} {i}. {l}", "lf": f"{l}, {f}"}[style], "NAME")
+                f, last, i = self.pt_first, self.pt_last, g.initial()
+                doc.add({"full": f"{f} {last}", "fi": f"{f} {last[0]}.", "fml": f"{f} {i}. {last}", "lf": f"{last}, {f}"}[style],
+                        "NAME")
         elif name == "PTUP":
-            doc.add(_pick(r, [f"{self.pt_last.upper()}, {self.pt_first.upper()}", f"{self.pt_first.upper()} {self.pt_last.upper()}",
+            doc.add(_pick(r, [f"{self.pt_last.upper()}, {self.pt_first.upper()}",
+                              f"{self.pt_first.upper()} {self.pt_last.upper()}",
                               f"{self.pt_last}, {self.pt_first}"]), "NAME")
         elif name == "PTF":
             doc.add(self.pt_first, "NAME")
@@ -679,7 +685,8 @@ class Filler:
             doc.add(f"{self.pt_first} {self.pt_last[0]}.", "NAME")
         elif name == "DR":
             if r.random() < 0.08:  # a surname that is also an eponym: still a name after "Dr."
-                doc.add(_pick(r, ["Parkinson", "Crohn", "Addison", "Cushing", "Hodgkin", "Graves", "Wilson", "Bell", "Foley", "Gram"]), "NAME")
+                doc.add(_pick(r, ["Parkinson", "Crohn", "Addison", "Cushing", "Hodgkin", "Graves", "Wilson", "Bell", "Foley",
+                                  "Gram"]), "NAME")
             else:
                 doc.add(g.person(r.choice(["l", "l", "fl", "il", "fi"])), "NAME")
         elif name == "DRFULL":
@@ -726,7 +733,8 @@ class Filler:
         elif name == "ACCT":
             doc.add(g.mrn(), "ACCOUNT_NUMBER")
         elif name == "PLAN":
-            doc.add(f"{r.choice('ABCDHJKMRWXYZ')}{r.choice('ABCDEFGHJKLMNPQRSTUVWXYZ')}{g.mrn()}", "HEALTH_PLAN_BENEFICIARY_NUMBER")
+            doc.add(f"{r.choice('ABCDHJKMRWXYZ')}{r.choice('ABCDEFGHJKLMNPQRSTUVWXYZ')}{g.mrn()}",
+                    "HEALTH_PLAN_BENEFICIARY_NUMBER")
         elif name == "AGE":
             a, cat = g.age()
             doc.add(a, cat)
@@ -746,7 +754,9 @@ class Filler:
             "drug": lambda: _pick(r, DRUGS_BRAND), "gdrug": lambda: _pick(r, DRUGS_GENERIC), "proc": lambda: _pick(r, PROCEDURES),
             "lab": lambda: _pick(r, LABS), "rel": lambda: _pick(r, RELATIONS), "rel2": lambda: _pick(r, RELATIONS).capitalize(),
             "wday": lambda: _pick(r, WEEKDAYS), "year": lambda: str(r.randint(1970, 2025)),
-            "time": lambda: _pick(r, [f"{r.randint(0, 23):02d}{r.choice(['00', '15', '30', '45'])}", f"{r.randint(1, 12)}:{r.randint(0, 59):02d} {r.choice(['AM', 'PM', 'am', 'pm'])}", f"{r.randint(0, 23):02d}:{r.randint(0, 59):02d}"]),
+            "time": lambda: _pick(r, [f"{r.randint(0, 23):02d}{r.choice(['00', '15', '30', '45'])}",
+                                      f"{r.randint(1, 12)}:{r.randint(0, 59):02d} {r.choice(['AM', 'PM', 'am', 'pm'])}",
+                                      f"{r.randint(0, 23):02d}:{r.randint(0, 59):02d}"]),
             "service": lambda: _pick(r, SERVICES), "num": lambda: str(r.randint(1, 180)), "sex": lambda: self.sex,
             "sexabbr": lambda: "M" if self.sex in ("male", "man") else "F", "cred": lambda: _pick(r, NURSE_CRED),
             "mdcred": lambda: _pick(r, MD_CRED), "job": lambda: _pick(r, JOBS), "PLANNAME": lambda: _pick(r, PLAN_NAMES),

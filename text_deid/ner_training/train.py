@@ -80,7 +80,7 @@ def build_tokenizer(texts, vocab_size: int):
 
 def encode(tokenizer, docs, max_len: int):
     """Token ids and BIO label ids, chunked into pieces of at most max_len - 2 tokens."""
-    lab_id = {l: i for i, l in enumerate(LABELS)}
+    lab_id = {label: i for i, label in enumerate(LABELS)}
     out = []
     enc = tokenizer([d["text"] for d in docs], add_special_tokens=False, return_offsets_mapping=True)
     for d, ids, offs in zip(docs, enc["input_ids"], enc["offset_mapping"]):
@@ -169,7 +169,7 @@ def main(argv=None) -> None:
                         num_attention_heads=a.heads, intermediate_size=a.ffn, max_position_embeddings=a.max_len,
                         type_vocab_size=1, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
                         num_labels=len(LABELS), id2label=dict(enumerate(LABELS)),
-                        label2id={l: i for i, l in enumerate(LABELS)}, pad_token_id=tokenizer.pad_token_id)
+                        label2id={label: i for i, label in enumerate(LABELS)}, pad_token_id=tokenizer.pad_token_id)
     model = BertForTokenClassification(config).to(dev)
     n_params = sum(p.numel() for p in model.parameters())
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=0.01)
@@ -221,9 +221,9 @@ def main(argv=None) -> None:
     with open(os.path.join(a.out, "labels.json"), "w") as fh:
         json.dump(LABEL_MAP, fh, indent=1)
     meta = {k: v for k, v in vars(a).items() if k not in ("out", "workdir", "prepare_only", "from_workdir")}
-    meta.update(n_docs=len(docs), n_params=n_params, n_chunks=len(data), n_tokens=n_tokens, steps=total, tokenizer_s=round(t_tok, 1),
-                train_s=round(train_s, 1), total_s=round(time.time() - t0, 1), torch=torch.__version__,
-                synth="text_deid.ner_training.synth.generate(n_docs, seed=1, split='train')")
+    meta.update(n_docs=len(docs), n_params=n_params, n_chunks=len(data), n_tokens=n_tokens, steps=total,
+                tokenizer_s=round(t_tok, 1), train_s=round(train_s, 1), total_s=round(time.time() - t0, 1),
+                torch=torch.__version__, synth="text_deid.ner_training.synth.generate(n_docs, seed=1, split='train')")
     with open(os.path.join(a.out, "training.json"), "w") as fh:
         json.dump(meta, fh, indent=1)
     print(json.dumps(meta))

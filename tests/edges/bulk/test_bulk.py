@@ -85,7 +85,8 @@ LINKED_CASES = [
      {"5b1d3f0e-1f0a-4a59-9c43-2f3e0b3a7c11"}),
     ({"resourceType": "Observation", "subject": {"reference": "Patient/p4"}, "note": [{"text": 'said "reference": "Patient/x"'}]},
      {"p4"}),  # a quote in a string: escaped, so the walk decides
-    ({"resourceType": "Observation", "subject": {"reference": "Patient/p5", "display": "Zo\u00eb"}}, {"p5"}),  # once escaped, once in UTF-8
+    ({"resourceType": "Observation", "subject": {"reference": "Patient/p5", "display": "Zo\u00eb"}},
+     {"p5"}),  # once escaped, once in UTF-8
     ({"resourceType": "Observation", "subject": {"display": "no reference"}, "code": {"text": "reference"}}, set()),
 ]
 

@@ -179,11 +179,14 @@ def canary_patient(**extra) -> dict:
 def test_canary_values_never_reach_logs_metrics_errors_or_files(server):
     c = CANARY
     bodies = []
-    good = post(server, canary_patient(text={"status": "generated", "div": f'<div xmlns="http://www.w3.org/1999/xhtml">{c["given"]} {c["family"]} {c["phone"]}</div>'}))
+    good = post(server, canary_patient(text={"status": "generated",
+                                             "div": f'<div xmlns="http://www.w3.org/1999/xhtml">{c["given"]} {c["family"]} '
+                                                    f'{c["phone"]}</div>'}))
     assert good.status_code == 200
     bodies.append(good.text)
     bad = post(server, json.dumps(canary_patient())[:-5])  # malformed
-    refused = post(server, canary_patient(maritalStatus={"coding": [{"system": "http://x", "code": "x", "display": c["family"]}]}))
+    refused = post(server, canary_patient(maritalStatus={"coding": [{"system": "http://x", "code": "x",
+                                                                     "display": c["family"]}]}))
     invalid = post(server, canary_patient(birthDate=c["mrn"]))
     assert (bad.status_code, refused.status_code, invalid.status_code) == (400, 422, 400)
     bodies += [bad.text, refused.text, invalid.text]
@@ -198,7 +201,8 @@ def test_canary_values_never_reach_logs_metrics_errors_or_files(server):
 json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=20),
                            lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
                            max_leaves=20)
-resource_like = st.fixed_dictionaries({"resourceType": st.sampled_from(["Patient", "Observation", "Bundle", "Parameters", "Nope", ""])},
+resource_like = st.fixed_dictionaries({"resourceType": st.sampled_from(["Patient", "Observation", "Bundle", "Parameters",
+                                                                       "Nope", ""])},
                                       optional={"id": st.text(max_size=10), "name": json_values, "entry": json_values,
                                                 "parameter": json_values, "text": json_values, "birthDate": json_values})
 

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from adapter.mllp.listener import DEFAULT_MAX_FRAME, BadFrame, FrameDecoder, NotAccepted, build_ack, decode_message, frame, parse_header, read_ack
+from adapter.mllp.listener import (DEFAULT_MAX_FRAME, BadFrame, FrameDecoder, NotAccepted, build_ack, decode_message, frame,
+                                   parse_header, read_ack)
 
 MSG = ("MSH|^~\\&|LAB|NORTH|EHR|SOUTH|20240101120000||ORU^R01^ORU_R01|CTRL-1|P|2.5.1\r"
        "PID|1||12345^^^H^MR||DOE^JOHN\r")
