@@ -145,7 +145,8 @@ def _text_pieces(source: str, start: int, end: int, key, xml: bool, strict: bool
         elif m.group(0).endswith(";") and name in XML_ENTITIES:
             decoded = XML_ENTITIES[name]
         elif strict:
-            raise InputError("uses an entity that XML does not define (only the five XML entities and character references can be read)")
+            raise InputError("uses an entity that XML does not define "
+                             "(only the five XML entities and character references can be read)")
         else:
             decoded = m.group(0)
         if decoded == m.group(0):
@@ -158,7 +159,8 @@ def _text_pieces(source: str, start: int, end: int, key, xml: bool, strict: bool
         pieces.append(Piece(key, pos, end, source[pos:end]))
 
 
-RTF_RE = re.compile(r"\\'([0-9a-fA-F]{2})|\\u(-?\d+) ?(?:\\'[0-9a-fA-F]{2}|\?)?|\\([{}\\])|\\(par|line|row|cell|sect|page|tab)\b-?\d* ?"
+RTF_RE = re.compile(r"\\'([0-9a-fA-F]{2})|\\u(-?\d+) ?(?:\\'[0-9a-fA-F]{2}|\?)?|\\([{}\\])"
+                    r"|\\(par|line|row|cell|sect|page|tab)\b-?\d* ?"
                     r"|\\[A-Za-z]+-?\d* ?|\\[^A-Za-z]|[{}\r\n]")
 
 

@@ -371,7 +371,8 @@ def _check_modifiers(values: list, profile: Profile, path: str) -> None:
     for v in values:
         url = v.get("url") if isinstance(v, dict) else None
         if url not in profile.modifier_extension_allow:
-            raise UnknownModifier(f"{path}: unknown modifierExtension (its meaning cannot be kept); add it to the profile's allow-list")
+            raise UnknownModifier(f"{path}: unknown modifierExtension (its meaning cannot be kept); "
+                                  "add it to the profile's allow-list")
 
 
 def _add_extensions(node: dict, key: str, extensions: list[dict]) -> None:
