@@ -173,12 +173,16 @@ class MessageWalk:
                 self.checked.append((holder, j, value))
 
     def remove_kept_identifiers(self, guarded: tuple[KnownIdentifier, ...]) -> None:
-        """Remove each `checked` kept value that holds a known identifier of the patient (the guard's own match)."""
-        if not self.checked or not guarded:
+        """Remove each `checked` kept value that holds a known identifier of the patient (the guard's own
+        match), or that is one of the patient's identifiers too short to search for (a visit number 5001
+        copied into a resource code)."""
+        if not self.checked:
             return
+        ids = {k.value.strip().casefold() for k in self.known
+               if k.category not in ("DATE", "NAME", "GEOGRAPHIC_LOCATION") and len(k.value.strip()) >= 3}
         hits = {leak.path for leak in leak_guard.scan(((str(i), v) for i, (_, _, v) in enumerate(self.checked)), guarded)}
-        for i, (holder, j, _) in enumerate(self.checked):
-            if str(i) in hits:
+        for i, (holder, j, value) in enumerate(self.checked):
+            if str(i) in hits or value.strip().casefold() in ids:
                 holder[j] = ""
 
     def _text(self, rule: Rule, leaves, where, owner, rep, seg, container) -> None:
