@@ -30,6 +30,7 @@ from fhir_transforms.hl7v2.rules import load_hl7_profile
 TEXT_PAYLOAD_SUBTYPES = ("PLAIN", "TEXT", "RTF", "HTML", "XML", "CDA", "X-HL7-CDA-LEVEL-ONE", "SGML", "JSON", "X-RTF")
 # datatypes whose values `_record` turns into known identifiers for the text stack and the leak guard
 RECORDED_TYPES = frozenset({"XPN", "XCN", "PPN", "NDL", "XAD", "XTN", "CX"})
+DIGIT_RUN_RE = re.compile(r"\d{10}")  # the shortest date with a time a kept value may hide
 LEAF_SEPARATOR = "\x00"  # between leaves in the leak guard's view of a field: no known form spans two leaves
 
 
@@ -66,6 +67,7 @@ class MessageWalk:
         self.org_names: set[str] = set()
         self._segment_number = 0
         self.checked: list[tuple[list[str], int, str]] = []  # values kept by their datatype, checked at the end
+        self.checked_fields: list[tuple[er7.Segment, int, str]] = []  # whole kept fields, checked the same way
         self._open_note: tuple[str, Note] | None = None
         self._fields: list[tuple[er7.Segment, int, list]] = []
 
@@ -79,7 +81,9 @@ class MessageWalk:
                 if not raw or raw == '""':
                     continue
                 rule = self._rule(seg, n)
-                if rule.method == "keep":
+                if rule.method == "keep" and not (rule.options.get("checked") and DIGIT_RUN_RE.search(raw)):
+                    if rule.options.get("checked"):  # no date-time in it: checked whole, split only on a hit
+                        self.checked_fields.append((seg, n, raw))
                     continue
                 where = f"{seg.sid}[{k}]-{n}"
                 f = er7.split_field(raw, self.d)
@@ -176,11 +180,25 @@ class MessageWalk:
         """Remove each `checked` kept value that holds a known identifier of the patient (the guard's own
         match), or that is one of the patient's identifiers too short to search for (a visit number 5001
         copied into a resource code)."""
-        if not self.checked:
-            return
         ids = {k.value.strip().casefold() for k in self.known
                if k.category not in ("DATE", "NAME", "GEOGRAPHIC_LOCATION") and len(k.value.strip()) >= 3}
-        hits = {leak.path for leak in leak_guard.scan(((str(i), v) for i, (_, _, v) in enumerate(self.checked)), guarded)}
+        # whole fields first, split only those that may hold an identifier (most hold none)
+        texts = [raw.translate(er7.leaf_separators(self.d, LEAF_SEPARATOR)) for _, _, raw in self.checked_fields]
+        suspect = {i for i, t in enumerate(texts) if self.d.escape in t or any(x in t.casefold() for x in ids)}
+        if texts and not leak_guard.clean(texts, guarded):
+            suspect |= {int(leak.path) for leak in leak_guard.scan(((str(i), t) for i, t in enumerate(texts)), guarded)}
+        for i in sorted(suspect):
+            seg, n, raw = self.checked_fields[i]
+            f = er7.split_field(raw, self.d)
+            for r in f:
+                for c in r:
+                    self.checked.extend((c, j, self._decoded(v)) for j, v in enumerate(c) if v.strip())
+            self._fields.append((seg, n, f))
+        if not self.checked:
+            return
+        values = [v for _, _, v in self.checked]
+        hits = set() if leak_guard.clean(values, guarded) else {
+            leak.path for leak in leak_guard.scan(((str(i), v) for i, v in enumerate(values)), guarded)}
         for i, (holder, j, value) in enumerate(self.checked):
             if str(i) in hits or value.strip().casefold() in ids:
                 holder[j] = ""
@@ -486,8 +504,11 @@ class HL7Deidentifier:
         walk.remove_kept_identifiers(guarded)
         walk.finish()
         er7.fit_charset(message)
-        strings = list(_output_strings(message, self.profile, walk.version, walk.written_dates))
+        strings = list(_output_strings(message, self.profile, walk.version, walk.written_dates, skip_codes=False))
         leaks = leak_guard.scan(strings, guarded) + dates_with_time(strings, guarded)
+        if leaks:  # read again without coding systems and HD parts (most messages never get here)
+            strings = list(_output_strings(message, self.profile, walk.version, walk.written_dates))
+            leaks = leak_guard.scan(strings, guarded) + dates_with_time(strings, guarded)
         if leaks:
             shown = "; ".join(str(leak) for leak in leaks[:5])
             raise LeakFound(f"{where}: leak guard refused the output: {len(leaks)} known identifier(s) survived: {shown}")
@@ -512,22 +533,27 @@ def _fields(seg: er7.Segment):
 
 
 def _output_strings(message: er7.Message, profile: HL7Profile, version: str,
-                    written_dates: set[tuple[int, str]] = frozenset()):
+                    written_dates: set[tuple[int, str]] = frozenset(), skip_codes: bool = True):
     """Every field of the output that can hold patient data, as the leak guard reads it: leaves unescaped,
     ED text payloads decoded. Not read: the profile's `leak_guard_skip` fields, the coding-system and HD
     components of `leak_guard_skip_components`, and the dates a date rule wrote (a shifted date may land
     on another date of the same message)."""
     d = message.delimiters
     to_separator = er7.leaf_separators(d, LEAF_SEPARATOR)
-    skip_components = profile.leak_guard_skip_components
+    skip_components = profile.leak_guard_skip_components if skip_codes else {}
+    written_in: dict[int, set[str]] = {}
+    for k, value in written_dates:
+        written_in.setdefault(k, set()).add(value)
     for k, seg in enumerate(message.segments, 1):
+        written = written_in.get(k, frozenset())
         for n, raw in _fields(seg):
             if not raw or f"{seg.sid}.{n}" in profile.leak_guard_skip:
                 continue
             path = f"{seg.sid}[{k}]-{n}"
             ed_field = seg.sid == "OBX" and n == 5 and seg.get(2).upper().startswith("ED")
             skip = skip_components.get(profile.datatype_of(seg.sid, n, version) or "")
-            written = {v for s, v in written_dates if s == k}
+            if skip and raw.count(d.component) < min(skip) - 1:
+                skip = None  # no component to skip: read the field as it stands
             if d.escape not in raw and not ed_field and not skip and not written:
                 yield path, raw.translate(to_separator)  # nothing to unescape: the raw text between separators
                 continue
