@@ -20,7 +20,7 @@ from adapter.cli.common import (
 from adapter.engines import fhir_engine
 from fhir_transforms.errors import InputError, RecordRefused
 from fhir_transforms.hl7v2.engine import HL7Deidentifier
-from fhir_transforms.hl7v2.message import decode_bytes
+from fhir_transforms.hl7v2.message import decode_bytes, encode
 from fhir_transforms.hl7v2.rules import load_hl7_profile
 from fhir_transforms.rules import ProfileError
 from adapter import settings
@@ -78,7 +78,7 @@ def hl7(
             except OSError as e:
                 raise InputError(f"{e.strerror}") from None
             result = engine.deidentify_file_text(text)
-            data = result.encode("utf-8")
+            data = encode(result)
             if trail is not None:  # durable before the output exists; one record per file
                 trail.record_deidentification(engine, input=text, output=data, **who)
             fhir_files.write_atomic(target, data)

@@ -12,8 +12,11 @@ from datetime import date
 from typing import Callable
 
 from fhir_transforms.hl7v2 import message as er7
+from fhir_transforms.hl7v2 import payload as ed
+from fhir_transforms.hl7v2.identifying import dates_with_time, identifying
 from fhir_transforms.hl7v2.rules import (Datatype, DTMError, HL7Profile, Rule, dtm_age, dtm_full_date, dtm_shift, dtm_year,
-                               identifier_system, is_dtm, is_full_dtm)
+                                         identifier_system, is_calendar_dtm, is_dtm)
+from fhir_transforms.hl7v2.standard import standard_version
 from fhir_transforms import dates, zipcodes
 from fhir_transforms.errors import InputError, LeakFound, RecordRefused
 from fhir_transforms.fpe import fpe_format, selects
@@ -27,6 +30,7 @@ from fhir_transforms.hl7v2.rules import load_hl7_profile
 TEXT_PAYLOAD_SUBTYPES = ("PLAIN", "TEXT", "RTF", "HTML", "XML", "CDA", "X-HL7-CDA-LEVEL-ONE", "SGML", "JSON", "X-RTF")
 # datatypes whose values `_record` turns into known identifiers for the text stack and the leak guard
 RECORDED_TYPES = frozenset({"XPN", "XCN", "PPN", "NDL", "XAD", "XTN", "CX"})
+DIGIT_RUN_RE = re.compile(r"\d{10}")  # the shortest date with a time a kept value may hide
 LEAF_SEPARATOR = "\x00"  # between leaves in the leak guard's view of a field: no known form spans two leaves
 
 
@@ -54,19 +58,32 @@ class MessageWalk:
         self.known = known
         self.notes: list[Note] = []
         self.offset_key = _patient_key(message, self.profile)
+        msh = message.segments[0]
+        self.version = standard_version(self._decoded(msh.get(12).split(self.d.component)[0])
+                                        if msh.sid == "MSH" else "")
+        self.old_birth_days = self._birth_days_over_89()
+        self.written_dates: set[tuple[int, str]] = set()  # (segment number, value) a date rule wrote
+        self.staff_names: set[str] = set()  # XCN names: known unless an organisation bears the same name
+        self.org_names: set[str] = set()
+        self._segment_number = 0
+        self.checked: list[tuple[list[str], int, str]] = []  # values kept by their datatype, checked at the end
+        self.checked_fields: list[tuple[er7.Segment, int, str]] = []  # whole kept fields, checked the same way
         self._open_note: tuple[str, Note] | None = None
         self._fields: list[tuple[er7.Segment, int, list]] = []
 
     # --- segments and fields
     def run(self) -> None:
         for k, seg in enumerate(self.message.segments, 1):
+            self._segment_number = k
             if not (seg.sid == "OBX" and self._open_note):
                 self._open_note = None
             for n, raw in _fields(seg):
                 if not raw or raw == '""':
                     continue
                 rule = self._rule(seg, n)
-                if rule.method == "keep":
+                if rule.method == "keep" and not (rule.options.get("checked") and DIGIT_RUN_RE.search(raw)):
+                    if rule.options.get("checked"):  # no date-time in it: checked whole, split only on a hit
+                        self.checked_fields.append((seg, n, raw))
                     continue
                 where = f"{seg.sid}[{k}]-{n}"
                 f = er7.split_field(raw, self.d)
@@ -90,7 +107,21 @@ class MessageWalk:
                 return Rule(method="age90", options={"value": "age"})
             ov = self.profile.observation_values
             return ov.get(vtype) or ov.get("default") or Rule(method="text")
-        return self.profile.rule(seg.sid, n)
+        return self.profile.rule(seg.sid, n, self.version)
+
+    def _birth_days_over_89(self) -> set[str]:
+        """Full birth dates (PID-7) of patients aged 90 or more: the same date anywhere else is removed too."""
+        days = set()
+        for seg in self.message.segments:
+            if seg.sid == "PID":
+                value = self._decoded(seg.get(7).split(self.d.repetition)[0].split(self.d.component)[0])
+                full = dtm_full_date(value)
+                try:
+                    if full and dtm_age(value, self.deid.clock()) >= 90:
+                        days.add(full)
+                except (DTMError, dates.DateFormatError, ValueError):
+                    continue
+        return days
 
     def _stamp(self, msh: er7.Segment) -> None:
         sid, n = self.profile.key_id_field.split(".")
@@ -136,7 +167,41 @@ class MessageWalk:
                 self, rule, leaves, where, owner, rep, seg, container)
 
     def _keep(self, rule: Rule, leaves, where, owner, rep, seg, container) -> None:
-        return None
+        if not rule.options.get("checked"):
+            return None
+        for holder, j in leaves:  # a number or code that holds a date with a time: a sender's misuse
+            value = self._decoded(holder[j])
+            if is_calendar_dtm(value, with_time=True):
+                self._as_date(holder, j, value, where, owner, rep)
+            elif value.strip():
+                self.checked.append((holder, j, value))
+
+    def remove_kept_identifiers(self, guarded: tuple[KnownIdentifier, ...]) -> None:
+        """Remove each `checked` kept value that holds a known identifier of the patient (the guard's own
+        match), or that is one of the patient's identifiers too short to search for (a visit number 5001
+        copied into a resource code)."""
+        ids = {k.value.strip().casefold() for k in self.known
+               if k.category not in ("DATE", "NAME", "GEOGRAPHIC_LOCATION") and len(k.value.strip()) >= 3}
+        # whole fields first, split only those that may hold an identifier (most hold none)
+        texts = [raw.translate(er7.leaf_separators(self.d, LEAF_SEPARATOR)) for _, _, raw in self.checked_fields]
+        suspect = {i for i, t in enumerate(texts) if self.d.escape in t or any(x in t.casefold() for x in ids)}
+        if texts and not leak_guard.clean(texts, guarded):
+            suspect |= {int(leak.path) for leak in leak_guard.scan(((str(i), t) for i, t in enumerate(texts)), guarded)}
+        for i in sorted(suspect):
+            seg, n, raw = self.checked_fields[i]
+            f = er7.split_field(raw, self.d)
+            for r in f:
+                for c in r:
+                    self.checked.extend((c, j, self._decoded(v)) for j, v in enumerate(c) if v.strip())
+            self._fields.append((seg, n, f))
+        if not self.checked:
+            return
+        values = [v for _, _, v in self.checked]
+        hits = set() if leak_guard.clean(values, guarded) else {
+            leak.path for leak in leak_guard.scan(((str(i), v) for i, v in enumerate(values)), guarded)}
+        for i, (holder, j, value) in enumerate(self.checked):
+            if str(i) in hits or value.strip().casefold() in ids:
+                holder[j] = ""
 
     def _text(self, rule: Rule, leaves, where, owner, rep, seg, container) -> None:
         for holder, j in leaves:
@@ -174,11 +239,15 @@ class MessageWalk:
             full = dtm_full_date(value)
             if full:
                 self.known.add(KnownIdentifier(full, "DATE"))
+                if full in self.old_birth_days:  # the birth date of a patient aged 90 or more, wherever it stands
+                    return None
             if m == "age90":
                 return self._age90(value)
-            return dtm_year(value) if m == "year" else dtm_shift(value, self._offset())
+            out = dtm_year(value) if m == "year" else dtm_shift(value, self._offset())
         except (DTMError, dates.DateFormatError, ValueError):
             return None
+        self.written_dates.add((self._segment_number, out))
+        return out
 
     def _zip3(self, m: str, value: str, owner, rep, container, options: dict) -> str | None:
         if any(ch.isdigit() for ch in value):
@@ -209,9 +278,11 @@ class MessageWalk:
         """The keyed pseudonym in a namespace the rule names (MSH-10: `control-id`), optionally one per sender
         (MSH-3 and MSH-4 as they stand), and cut to `length` hex characters (MSH-10 is at most 20 before v2.7)."""
         namespace = options["namespace"]
-        if options.get("per_sender"):
+        sender = options.get("per_sender")
+        if sender:
             msh = self.message.segments[0]
-            namespace = f"{namespace}|{msh.get(3)}|{msh.get(4)}" if msh.sid == "MSH" else namespace
+            app, facility = (5, 6) if sender == "receiver" else (3, 4)
+            namespace = f"{namespace}|{msh.get(app)}|{msh.get(facility)}" if msh.sid == "MSH" else namespace
         return self.pseudo.token(namespace, value, int(options.get("length", 32)))
 
     def _pseudonym(self, value: str, owner: str | None, rep, container, fpe: dict | None = None) -> str | None:
@@ -245,17 +316,20 @@ class MessageWalk:
         if datatype in ("XPN", "XCN", "PPN"):
             first = 1 if datatype == "XPN" else 2
             parts = c(first + 1) + c(first + 2) + c(first)  # given, middle, family (with its subcomponents)
-            if parts:
+            if parts and datatype == "XPN":
                 add(KnownIdentifier(" ".join(parts), "NAME"))
+            elif parts:
+                self.staff_names.add(" ".join(parts))
+        elif datatype == "XON":
+            self.org_names.update(v.strip().upper() for v in c(1))
         elif datatype == "NDL":
             parts = c(1)[1:4]
             if parts:
                 add(KnownIdentifier(" ".join(parts), "NAME"))
         elif datatype == "XAD":
-            for i in (1, 2, 3, 4, 5, 8, 9, 10):
+            for i in (1, 2, 3, 5, 8, 9, 10):  # not XAD-4: Safe Harbor keeps the state
                 for v in c(i):
-                    # two-letter state codes are kept by Safe Harbor; other short codes are not places
-                    if not re.fullmatch(r"[A-Za-z]{1,2}" if i == 4 else r"[A-Za-z]{1,3}", v.strip()):
+                    if not re.fullmatch(r"[A-Za-z]{1,3}", v.strip()):  # short codes are not places
                         add(KnownIdentifier(v, "GEOGRAPHIC_LOCATION"))
             if len(c(1)) > 1:
                 add(KnownIdentifier(" ".join(c(1)), "GEOGRAPHIC_LOCATION"))
@@ -279,10 +353,8 @@ class MessageWalk:
     def text(self, holder: list[str], j: int, where: str, owner: str | None, rep, seg: er7.Segment) -> None:
         raw = holder[j]
         decoded = self._decoded(raw)
-        if is_full_dtm(decoded):  # a date in a field we only know as text still gets the date rule
-            dtm = self._resolve(Rule(type="DTM"))
-            result = self.value(dtm.method, decoded, where, owner, rep, None) if isinstance(dtm, Rule) else None
-            holder[j] = "" if result is None else er7.escape(result, self.d)
+        if is_calendar_dtm(decoded):  # a valid calendar date in a field we only know as text gets the date rule
+            self._as_date(holder, j, decoded, where, owner, rep)
             return
         if owner == "ED" and where.endswith(".5"):
             self._payload(holder, j, where, rep)
@@ -290,6 +362,24 @@ class MessageWalk:
         note = self._note_for(seg, where)
         note.parts.append((holder, j))
         note.texts.append(decoded)
+
+    def _as_date(self, holder: list[str], j: int, value: str, where: str, owner, rep) -> None:
+        dtm = self._resolve(Rule(type="DTM"))
+        result = self.value(dtm.method, value, where, owner, rep, None) if isinstance(dtm, Rule) else None
+        holder[j] = "" if result is None else er7.escape(result, self.d)
+
+    def known_identifiers(self) -> tuple[tuple[KnownIdentifier, ...], tuple[KnownIdentifier, ...]]:
+        """(for the text stack, for the leak guard): the known identifiers that identify alone
+        (`identifying.identifying`), in a stable order. Staff names (XCN) are masked in text unless an
+        organisation of the message bears the same name, but the guard does not look for them: they are not
+        the patient's, and codes (a route "HAND", a department) often share a word with one."""
+        msh = self.message.segments[0]
+        routing = {t.strip().upper() for n in (3, 4, 5, 6) for t in re.split(r"[\^&~]", self._decoded(msh.get(n)))}
+        orgs = self.org_names | routing
+        staff = {KnownIdentifier(v, "NAME") for v in self.staff_names if v.strip().upper() not in orgs}
+        patient = {k for k in self.known if identifying(k, routing)}
+        text = patient | {k for k in staff if identifying(k, routing)}
+        return tuple(sorted(text, key=_value_and_category)), tuple(sorted(patient, key=_value_and_category))
 
     def _note_for(self, seg: er7.Segment, where: str) -> Note:
         if seg.sid == "OBX" and where.rsplit("-", 1)[-1].split(".")[0] == "5":
@@ -325,21 +415,20 @@ class MessageWalk:
             return
         raw = self._decoded(holder[j])
         try:
-            if encoding == "BASE64":
-                text = base64.b64decode(raw, validate=True).decode("utf-8")
-            elif encoding == "HEX":
-                text = bytes.fromhex(raw).decode("utf-8")
-            else:
-                text = raw
-        except ValueError:
-            raise InputError(f"{where}: encapsulated data is not valid {encoding.lower() or 'text'} in UTF-8") from None
+            data = base64.b64decode(raw, validate=True) if encoding == "BASE64" else (
+                bytes.fromhex(raw) if encoding == "HEX" else None)
+            codec = ed.payload_codec(data) if data is not None else None
+            text = raw if data is None else data.decode(codec)
+        except (ValueError, LookupError):
+            raise InputError(f"{where}: encapsulated data is not valid {encoding.lower() or 'text'} in the "
+                             "character set it declares") from None
 
         def write(note: Note, spans: list[Span]) -> None:
             out = replace.apply(note.texts[0], spans)
             if encoding == "BASE64":
-                holder[j] = base64.b64encode(out.encode()).decode()
+                holder[j] = base64.b64encode(ed.encode(out, codec)).decode()
             elif encoding == "HEX":
-                holder[j] = out.encode().hex().upper()
+                holder[j] = ed.encode(out, codec).hex().upper()
             else:
                 holder[j] = er7.escape(out, self.d)
 
@@ -404,7 +493,7 @@ class HL7Deidentifier:
         known: set[KnownIdentifier] = set()
         walk = MessageWalk(self, message, known)
         walk.run()
-        known_ids = tuple(sorted((k for k in known if len(k.value.strip()) >= 2), key=_value_and_category))
+        known_ids, guarded = walk.known_identifiers()
         notes = walk.notes
         try:
             found = self.stack.detect_many([n.text for n in notes], known_ids)
@@ -412,8 +501,14 @@ class HL7Deidentifier:
             raise RecordRefused(f"{where}: text detector failed: {e}") from None
         for note, spans in zip(notes, found):
             note.write(note, spans)
+        walk.remove_kept_identifiers(guarded)
         walk.finish()
-        leaks = leak_guard.scan(_output_strings(message, self.profile.leak_guard_skip), known_ids)
+        er7.fit_charset(message)
+        strings = list(_output_strings(message, self.profile, walk.version, walk.written_dates, skip_codes=False))
+        leaks = leak_guard.scan(strings, guarded) + dates_with_time(strings, guarded)
+        if leaks:  # read again without coding systems and HD parts (most messages never get here)
+            strings = list(_output_strings(message, self.profile, walk.version, walk.written_dates))
+            leaks = leak_guard.scan(strings, guarded) + dates_with_time(strings, guarded)
         if leaks:
             shown = "; ".join(str(leak) for leak in leaks[:5])
             raise LeakFound(f"{where}: leak guard refused the output: {len(leaks)} known identifier(s) survived: {shown}")
@@ -437,24 +532,36 @@ def _fields(seg: er7.Segment):
     return enumerate(seg.parts[1:], 1)
 
 
-def _output_strings(message: er7.Message, skip: frozenset[str] = frozenset()):
-    """Every field of the output as the leak guard reads it: leaves unescaped, ED text payloads decoded."""
+def _output_strings(message: er7.Message, profile: HL7Profile, version: str,
+                    written_dates: set[tuple[int, str]] = frozenset(), skip_codes: bool = True):
+    """Every field of the output that can hold patient data, as the leak guard reads it: leaves unescaped,
+    ED text payloads decoded. Not read: the profile's `leak_guard_skip` fields, the coding-system and HD
+    components of `leak_guard_skip_components`, and the dates a date rule wrote (a shifted date may land
+    on another date of the same message)."""
     d = message.delimiters
     to_separator = er7.leaf_separators(d, LEAF_SEPARATOR)
+    skip_components = profile.leak_guard_skip_components if skip_codes else {}
+    written_in: dict[int, set[str]] = {}
+    for k, value in written_dates:
+        written_in.setdefault(k, set()).add(value)
     for k, seg in enumerate(message.segments, 1):
+        written = written_in.get(k, frozenset())
         for n, raw in _fields(seg):
-            if not raw or f"{seg.sid}.{n}" in skip:
+            if not raw or f"{seg.sid}.{n}" in profile.leak_guard_skip:
                 continue
             path = f"{seg.sid}[{k}]-{n}"
-            ed = seg.sid == "OBX" and n == 5 and seg.get(2).upper().startswith("ED")
-            if d.escape not in raw and not ed:  # nothing to unescape: the leaves are the raw text between separators
-                yield path, raw.translate(to_separator)
+            ed_field = seg.sid == "OBX" and n == 5 and seg.get(2).upper().startswith("ED")
+            skip = skip_components.get(profile.datatype_of(seg.sid, n, version) or "")
+            if skip and raw.count(d.component) < min(skip) - 1:
+                skip = None  # no component to skip: read the field as it stands
+            if d.escape not in raw and not ed_field and not skip and not written:
+                yield path, raw.translate(to_separator)  # nothing to unescape: the raw text between separators
                 continue
-            leaves = [er7.decode(s, d)[0] for r in er7.split_field(raw, d) for c in r for s in c]
-            yield path, LEAF_SEPARATOR.join(leaves)
-            if ed:
+            leaves = [er7.decode(s, d)[0] for r in er7.split_field(raw, d)
+                      for i, c in enumerate(r, 1) if not (skip and i in skip) for s in c]
+            yield path, LEAF_SEPARATOR.join(v for v in leaves if v not in written)
+            if ed_field:
                 for leaf in leaves:
-                    try:
-                        yield path, base64.b64decode(leaf, validate=True).decode("utf-8")
-                    except ValueError:
-                        continue
+                    text = ed.payload_text(leaf)
+                    if text is not None:
+                        yield path, text

@@ -313,3 +313,45 @@ def check_output(before: list[str], er7: str) -> None:
     fs = lines[0][3]
     if [line.split(fs, 1)[0] for line in lines] != before:
         raise RuntimeError("output segment sequence differs from the input's")
+
+
+UTF8_LABEL = "UNICODE UTF-8"
+
+
+def message_codec(msh: Segment, d: Delimiters) -> str:
+    """The codec MSH-18 (first repetition) names; UTF-8 when it names none or one this module does not know."""
+    label = msh.get(18).split(d.repetition)[0].strip().upper() if msh.sid == "MSH" else ""
+    return CHARSETS.get(label, "utf-8")
+
+
+def fit_charset(message: Message) -> None:
+    """Make MSH-18 name a character set that holds the output: kept when every character fits the one it
+    declares (receivers set up for that sender read it as before); else rewritten to UNICODE UTF-8, which
+    holds any text (an ASCII or 8859/1 label over characters outside it, or no label over non-ASCII)."""
+    msh = message.segments[0]
+    if msh.sid != "MSH":
+        return
+    text = message.to_er7()
+    if text.isascii():
+        return
+    try:
+        text.encode(message_codec(msh, message.delimiters))
+        if msh.get(18).strip():
+            return
+    except UnicodeEncodeError:
+        pass
+    while len(msh.parts) <= msh.index(18):
+        msh.parts.append("")
+    msh.set(18, UTF8_LABEL)
+
+
+def encode(text: str) -> bytes:
+    """ER7 output as bytes: each message in the character set its MSH-18 names (after `fit_charset`),
+    envelope segments in the one of the message before them (else UTF-8)."""
+    out, codec, d = [], "utf-8", Delimiters()
+    for line in text.split("\r"):
+        if line.startswith("MSH") and len(line) >= 8:
+            d = Delimiters.from_header(line)
+            codec = message_codec(Segment("MSH", line.split(d.field)), d)
+        out.append(line.encode(codec))
+    return b"\r".join(out)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 
 from fhir_transforms import dates
+from fhir_transforms.hl7v2.standard import field_type
 from fhir_transforms.methods import METHODS
 from fhir_transforms.rules import ProfileError, check_options, read_profile_file
 import mappings
@@ -22,7 +23,8 @@ MAPPINGS = Path(mappings.__file__).resolve().parent / "hl7v2"
 # YYYY[MM[DD[HH[MM[SS[.S[S[S[S]]]]]]]]][+/-ZZZZ]
 DTM_RE = re.compile(r"^(?P<date>\d{4}(?:\d{2}(?:\d{2})?)?)(?P<time>(?:\d{2}(?:\d{2}(?:\d{2}(?:\.\d{1,4})?)?)?)?)"
                     r"(?P<tz>[+-]\d{4})?$")
-FULL_DTM_RE = re.compile(r"^\d{8}(?:\d{2,6}(?:\.\d{1,4})?)?(?:[+-]\d{4})?$")
+CALENDAR_DTM_RE = re.compile(r"^(?P<y>\d{4})(?P<m>\d{2})(?P<d>\d{2})(?P<time>(?:\d{2}|\d{4}|\d{6}(?:\.\d{1,4})?)?)"
+                             r"(?P<tz>[+-]\d{4})?$")
 
 
 class DTMError(ValueError):
@@ -75,8 +77,19 @@ def is_dtm(value: str) -> bool:
     return len(value.strip()) >= 6
 
 
-def is_full_dtm(value: str) -> bool:
-    return bool(FULL_DTM_RE.match(value.strip()))
+def is_calendar_dtm(value: str, with_time: bool = False) -> bool:
+    """A whole value that is a real day (`YYYYMMDD`, year 1800-2199) with a valid time and offset if any:
+    `76164006` (SNOMED) is not, `20141006092900+0700` is. `with_time`: only a date with a time or an offset."""
+    m = CALENDAR_DTM_RE.match(value.strip())
+    if not m or not 1800 <= int(m["y"]) <= 2199 or (with_time and not (m["time"] or m["tz"])):
+        return False
+    try:
+        date(int(m["y"]), int(m["m"]), int(m["d"]))
+    except ValueError:
+        return False
+    t = m["time"]
+    return (not t or (int(t[:2]) < 24 and (len(t) < 4 or int(t[2:4]) < 60) and (len(t) < 6 or int(t[4:6]) < 61))) \
+        and (not m["tz"] or (int(m["tz"][1:3]) <= 14 and int(m["tz"][3:]) < 60))
 
 
 @dataclass(frozen=True)
@@ -101,9 +114,8 @@ class HL7Profile:
     version: str
     fields: dict[str, Rule]
     datatypes: dict[str, Rule | Datatype]
-    segments: frozenset[str]  # segments with field rules; their unlisted fields get `unlisted_field`
-    unlisted_field: Rule
     unknown_segment: Rule
+    unlisted_datatype: Rule
     observation_values: dict[str, Rule]
     observation_ages: frozenset[str]
     narrative_types: frozenset[str]
@@ -112,18 +124,30 @@ class HL7Profile:
     authorities: dict[str, str]
     key_id_field: str
     leak_guard_skip: frozenset[str] = frozenset()
+    leak_guard_skip_components: dict[str, frozenset[int]] = field(default_factory=dict)
     # lookups repeat for every field of every message: each answer is worked out once
-    _rules: dict[tuple[str, int], Rule] = field(default_factory=dict, repr=False)
+    _rules: dict[tuple[str, str, int], Rule] = field(default_factory=dict, repr=False)
     _resolved: dict[Rule, Rule | Datatype] = field(default_factory=dict, repr=False)  # by datatype name
 
-    def rule(self, sid: str, n: int) -> Rule:
-        """The rule for field `n` of segment `sid`: listed, else the segment's default, else the unknown-segment one."""
-        found = self._rules.get((sid, n))
+    def rule(self, sid: str, n: int, version: str) -> Rule:
+        """The rule for field `n` of segment `sid` in a standard version: listed in `fields`, else its
+        datatype's in that version, else `unknown_segment` (Z-segments, fields the version does not define)."""
+        found = self._rules.get((version, sid, n))
         if found is None:
-            found = self.fields.get(f"{sid}.{n}") or (self.unlisted_field if sid in self.segments
-                                                      else self.unknown_segment)
-            self._rules[(sid, n)] = found
+            found = self.fields.get(f"{sid}.{n}")
+            if found is None:
+                datatype = field_type(version, sid, n)
+                if datatype is None:
+                    found = self.unknown_segment
+                else:
+                    found = Rule(type=datatype) if datatype in self.datatypes else self.unlisted_datatype
+            self._rules[(version, sid, n)] = found
         return found
+
+    def datatype_of(self, sid: str, n: int, version: str) -> str | None:
+        """The datatype a field's rule names, else the standard's (the leak guard skips by it)."""
+        listed = self.fields.get(f"{sid}.{n}")
+        return listed.type if listed is not None and listed.type else field_type(version, sid, n)
 
     def datatype(self, name: str) -> Rule | Datatype:
         try:
@@ -164,6 +188,8 @@ def _rule(spec, where: str, datatypes: set[str]) -> Rule:
 def _check_token_options(options: dict, where: str) -> None:
     """`pseudonym` with a `namespace` (and optionally `per_sender`, `length`) gives a keyed token, not an identifier."""
     unknown = set(options) - {"namespace", "per_sender", "length"}
+    if options.get("per_sender", False) not in (True, False, "receiver"):
+        raise ProfileError(f"{where}: per_sender is true, false or receiver")
     if unknown or not isinstance(options.get("namespace"), str) or not options["namespace"]:
         raise ProfileError(f"{where}: pseudonym takes namespace (text), per_sender and length; got {sorted(options)}")
     length = options.get("length", 32)
@@ -195,9 +221,8 @@ def load_hl7_profile(name: str) -> HL7Profile:
         version=str(doc["version"]),
         fields=fields,
         datatypes=datatypes,
-        segments=frozenset(p.split(".")[0] for p in fields) | frozenset(doc.get("segments", [])),
-        unlisted_field=_rule(doc.get("unlisted_field", "text"), f"{name}: unlisted_field", names),
         unknown_segment=_rule(doc.get("unknown_segment", "text"), f"{name}: unknown_segment", names),
+        unlisted_datatype=_rule(doc.get("unlisted_datatype", "text"), f"{name}: unlisted_datatype", names),
         observation_values={k: _rule(v, f"{name}: observation_values.{k}", names)
                             for k, v in doc.get("observation_values", {}).items()},
         observation_ages=frozenset(doc.get("observation_ages", [])),
@@ -207,6 +232,8 @@ def load_hl7_profile(name: str) -> HL7Profile:
         authorities={str(k): str(v) for k, v in (doc.get("assigning_authorities") or {}).items()},
         key_id_field=str(doc.get("key_id_field", "MSH.8")),
         leak_guard_skip=frozenset(doc.get("leak_guard_skip", [])),
+        leak_guard_skip_components={str(k): frozenset(int(i) for i in v)
+                                    for k, v in (doc.get("leak_guard_skip_components") or {}).items()},
     )
 
 

@@ -1,0 +1,195 @@
+"""HL7v2 by the standard: datatype rules per version, dates only as dates, known identifiers, the guard, charsets."""
+from __future__ import annotations
+
+import base64
+from datetime import date, timedelta
+from pathlib import Path
+
+import pytest
+
+from fhir_transforms.errors import InputError, LeakFound
+from fhir_transforms.hl7v2 import message as er7
+from fhir_transforms.hl7v2.engine import HL7Deidentifier
+from fhir_transforms.hl7v2.rules import is_calendar_dtm, load_hl7_profile
+from fhir_transforms.hl7v2.standard import standard_version
+from fhir_transforms.pseudonym import Pseudonymizer
+from tests.conftest import FIXED_TODAY
+from text_deid.stack import build_stack
+
+SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+PID = "PID|1||MRN12345^^^HOSP^MR||Quixote^Donna||19700312|F"
+
+
+def msg(version: str, *segments: str, msh18: str = "", pid: str = PID) -> str:
+    msh = f"MSH|^~\\&|APP|FAC|RCV|RFAC|20240101120000||ADT^A01|CTRL1|P|{version}||||||{msh18}"
+    return "\r".join((msh, pid) + segments) + "\r"
+
+
+@pytest.fixture(scope="module")
+def deid(test_key) -> HL7Deidentifier:
+    return HL7Deidentifier(load_hl7_profile("safe-harbor"), Pseudonymizer(test_key), build_stack("patterns"),
+                           lambda: FIXED_TODAY)
+
+
+def field(out: str, sid: str, n: int) -> str:
+    parts = next(s for s in out.split("\r") if s.startswith(sid)).split("|")
+    return parts[n - (sid == "MSH")] if len(parts) > n - (sid == "MSH") else ""
+
+
+# (segment line, segment, field, expected output; None: anything but the input)
+CASES = [
+    ("EVN|A01|20240101120000", "EVN", 2, "2024"),                     # TS (2.3, 2.5.1) / DTM (2.8)
+    ("PV1|1|I|W1^R2^B3", "PV1", 3, ""),                               # PL
+    ("PV1|1|I|||||12345^Welby^Marcus", "PV1", 7, ""),                 # XCN
+    ("NK1|1|Quixote^Sancho|SPO", "NK1", 2, ""),                       # XPN
+    ("NK1|1||SPO||(217)555-0100", "NK1", 5, ""),                      # XTN
+    ("OBX|1|NM|76164006^Octanoylcarnitine^SCT||0.1", "OBX", 3, "76164006^Octanoylcarnitine^SCT"),  # CE/CWE
+    ("OBX|1|NM|1^x^L||76164006", "OBX", 5, "76164006"),               # NM: a number, not a date
+    ("OBX|1|ST|1^x^L||76164006", "OBX", 5, "76164006"),               # ST: not a calendar date
+    ("OBX|1|ST|1^x^L||20141006", "OBX", 5, "2014"),                   # ST: a calendar date is a date
+    ("PV1|1|I" + "|" * 44 + "20141006092900", "PV1", 46, "2014092900"),  # NM holding a date-time: dated
+    ("PID|1||||||||||||||||||123-45-6789", "PID", 19, ""),            # SSN
+    ("IN1|1|PLAN^Plan^L", "IN1", 2, "PLAN^Plan^L"),                   # CE/CWE code kept
+]
+
+
+@pytest.mark.parametrize("version", ["2.3", "2.5.1", "2.8"])
+@pytest.mark.parametrize("line,sid,n,expected", CASES)
+def test_each_datatype_in_each_version(deid, version, line, sid, n, expected):
+    out = deid.deidentify(msg(version, line))
+    got = field(out, sid, n)
+    if sid == "PV1" and n == 46:  # year + the time as DTM precision allows: only the day is gone
+        assert "20141006" not in got
+    else:
+        assert got.strip("^") == expected  # a removed component leaves its separators
+
+
+def test_blg3_account_number_is_a_cx(deid):
+    out = deid.deidentify(msg("2.5.1", "BLG|||ACC778899^^^FAC&1.2.3&ISO^AN"))
+    assert "ACC778899" not in out and "1.2.3" not in field(out, "BLG", 3)
+
+
+def test_calendar_dates_only():
+    assert is_calendar_dtm("20141006092900+0700") and is_calendar_dtm("19700312")
+    assert not is_calendar_dtm("76164006") and not is_calendar_dtm("20141306") and not is_calendar_dtm("5555")
+    assert not is_calendar_dtm("20141006", with_time=True)
+
+
+@pytest.mark.parametrize("line,category", [
+    ("PID|1||||||||||||||||||123-45-6789", "SOCIAL_SECURITY_NUMBER"),
+    ("PID|1|||||||||||||||||||D1234567^IL", "CERTIFICATE_LICENSE_NUMBER"),
+    ("PID|1||X98765432^^^USA^PPN", "CERTIFICATE_LICENSE_NUMBER"),
+])
+def test_ssn_licence_passport_are_guard_needles(deid, monkeypatch, line, category):
+    copy = line.split("|")[-1].split("^")[0]
+    out = deid.deidentify(msg("2.5.1", "ZPI|1|" + copy, pid=line))
+    assert copy not in out  # the Z-segment copy is masked by the text stack, which knows it
+    monkeypatch.setattr(deid.stack, "detect_many", lambda texts, known: [[] for _ in texts])
+    with pytest.raises(LeakFound) as e:
+        deid.deidentify(msg("2.5.1", "ZPI|1|" + copy, pid=line))
+    assert category in str(e.value) and copy not in str(e.value)
+
+
+def test_birth_date_of_a_90_year_old_is_removed_in_a_z_segment_copy(deid):
+    old = "PID|1||MRN12345^^^HOSP^MR||Quixote^Donna||19300312|F"
+    out = deid.deidentify(msg("2.5.1", "ZPD|1|19300312|19300312120000", "OBX|1|DT|1^x^L||19300312", pid=old))
+    assert field(out, "PID", 7) == "" and field(out, "ZPD", 2) == "" and field(out, "ZPD", 3) == ""
+    assert field(out, "OBX", 5) == ""
+
+
+def test_msa2_gets_the_pseudonym_of_the_control_id_it_answers(deid):
+    sent = deid.deidentify(msg("2.5.1"))
+    ack = "MSH|^~\\&|RCV|RFAC|APP|FAC|20240101120001||ACK^A01|A1|P|2.5.1\rMSA|AA|CTRL1\r"
+    assert field(deid.deidentify(ack), "MSA", 2) == field(sent, "MSH", 10) != "CTRL1"
+
+
+def test_sft_version_and_profile_ids_equal_to_dates_are_kept_and_not_refused(deid):
+    out = deid.deidentify(msg("2.5.1", "SFT|Vendor|20190101|Product|20190101").replace(
+        "ADT^A01|CTRL1|P|2.5.1", "ADT^A01|CTRL1|P|2.5.1|||||||||PH_SS^SS Sender^2.16.840.1.114222.4.10.3^ISO"))
+    assert field(out, "SFT", 2) == "20190101" and "PH_SS" in out
+
+
+def test_known_date_followed_by_a_time_is_a_leak(deid, monkeypatch):
+    monkeypatch.setattr(deid.stack, "detect_many", lambda texts, known: [[] for _ in texts])
+    with pytest.raises(LeakFound) as e:
+        deid.deidentify(msg("2.5.1", "ZXX|1|born 197003120815 here"))
+    assert "DATE" in str(e.value)
+
+
+def test_ed_html_in_windows_1252_is_read_and_written_in_it(deid):
+    html = '<html><meta charset="windows-1252"><p>Donna Quixote 4 \u00b5mol/L</p></html>'.encode("cp1252")
+    ed = base64.b64encode(html).decode()
+    out = deid.deidentify(msg("2.5.1", f"OBX|1|ED|1^x^L||^TEXT^HTML^Base64^{ed}"))
+    data = base64.b64decode(field(out, "OBX", 5).split("^")[4])
+    text = data.decode("cp1252")
+    assert "Quixote" not in text and "\u00b5mol/L" in text
+
+
+def test_msh18_and_the_bytes_agree(deid):
+    latin = deid.deidentify(msg("2.5.1", "NTE|1||4 \u00b5mol/L", msh18="8859/1"))
+    assert field(latin, "MSH", 18) == "8859/1" and er7.encode(latin) == latin.encode("latin-1")
+    euro = deid.deidentify(msg("2.5.1", "NTE|1||5 \u20ac", msh18="ASCII"))
+    assert field(euro, "MSH", 18) == "UNICODE UTF-8" and er7.encode(euro) == euro.encode("utf-8")
+    plain = deid.deidentify(msg("2.5.1", "NTE|1||5 \u00e9"))
+    assert field(plain, "MSH", 18) == "UNICODE UTF-8"
+
+
+def test_longitudinal_shift_onto_another_date_is_no_leak(test_key):
+    deid = HL7Deidentifier.from_names("longitudinal", Pseudonymizer(test_key), build_stack("patterns"),
+                                      lambda: FIXED_TODAY)
+    offset = deid.pseudo.day_offset("HOSP|MRN12345")  # the patient's key: PID-3's authority and value
+    # DB1-6 lands on EVN-2's original date: the guard must not take the written date for a survivor
+    target = date(2024, 1, 1)
+    source = (target - timedelta(days=offset)).strftime("%Y%m%d")
+    out = deid.deidentify(msg("2.5.1", "EVN|A01|20240101", f"DB1|1|PT||Y|20200101|{source}"))
+    assert field(out, "DB1", 6) == "20240101"
+
+
+def _samples() -> list[Path]:
+    return sorted(p for d in ("hl7v2", "hl7v2-peer") for p in (SHARED / d).rglob("*.hl7"))
+
+
+# fields that may keep a full date in the output, none about a person: MSH-7 is not kept whole (year), so
+# only kept structure: SFT (software install dates, versions), MSH-21 (profile ids)
+NOT_ABOUT_A_PERSON = {"SFT", "MSH.21"}
+
+
+def test_no_full_date_survives_and_codes_are_unchanged(deid):
+    written = 0
+    for path in _samples():
+        try:
+            text = er7.decode_bytes(path.read_bytes())
+            out = deid.deidentify_file_text(text)
+        except InputError:
+            continue
+        written += 1
+        for before, after in zip(er7.parse_text(text), er7.parse_text(out)):
+            walk_profile = deid.profile
+            d = before.delimiters
+            version = _version(before)
+            for sb, sa in zip(before.segments, after.segments):
+                for n in sa.numbers():
+                    if sa.sid in NOT_ABOUT_A_PERSON or f"{sa.sid}.{n}" in NOT_ABOUT_A_PERSON:
+                        continue
+                    for leaf in _leaves(sa.get(n), d):
+                        assert not is_calendar_dtm(leaf), f"{path.name}: a full date in {sa.sid}-{n}"
+                    datatype = walk_profile.datatype_of(sa.sid, n, version)
+                    if datatype in ("CE", "CWE", "CNE") and not walk_profile.fields.get(f"{sa.sid}.{n}"):
+                        for rb, ra in zip(er7.split_field(sb.get(n), d), er7.split_field(sa.get(n), d)):
+                            for i in (1, 3, 4, 6, 7):
+                                cb = rb[i - 1] if len(rb) >= i else [""]
+                                ca = ra[i - 1] if len(ra) >= i else [""]
+                                if not (cb and is_calendar_dtm(cb[0], with_time=True)) and ca != [""]:
+                                    assert ca == cb, f"{path.name}: {sa.sid}-{n}.{i} changed"
+    assert written > 250
+
+
+def _version(m: er7.Message) -> str:
+    return standard_version(m.segments[0].get(12).split(m.delimiters.component)[0] if m.segments[0].sid == "MSH" else "")
+
+
+def _leaves(raw: str, d: er7.Delimiters):
+    for r in er7.split_field(raw, d):
+        for c in r:
+            for s in c:
+                yield er7.decode(s, d)[0]
