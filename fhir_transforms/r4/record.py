@@ -19,7 +19,7 @@ from fhir_transforms.errors import DetectorFailed, InputError, LeakFound, Output
 from fhir_transforms.r4.methods import TEXT_CONTENT_TYPES
 from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.rules import Profile
-from fhir_transforms.r4.walker import RecordContext, WrittenSlots, stamp_all, walk_resource
+from fhir_transforms.r4.walker import RecordContext, WrittenSlots, age_limit, stamp_all, walk_resource
 from text_deid import leak_guard
 from text_deid.spans import DetectorError, KnownIdentifier, Span
 from text_deid.stack import TextStack
@@ -81,6 +81,10 @@ class Deidentifier:
         members = list(iter_resources(doc))
         patients = [r.get("id") for r in members if r.get("resourceType") == "Patient" and r.get("id")]
         ctx = RecordContext(self.profile, self.pseudo, self.clock, patients[0] if len(patients) == 1 else None)
+        today = self.clock()
+        for r in members:
+            if r.get("resourceType") == "Patient" and (limit := age_limit(r.get("birthDate"), today)) is not None:
+                ctx.age_limits[r.get("id") or ""] = limit
         ctx.known.update(known_ids.collect(members))
         ctx.known.update(linked)
         walk_resource(doc, path, ctx)

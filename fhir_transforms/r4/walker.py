@@ -11,6 +11,7 @@ from datetime import date
 from types import MappingProxyType
 from typing import Callable, Mapping
 
+from fhir_transforms import dates
 from fhir_transforms.r4 import references
 from fhir_transforms.errors import InputError, UnknownModifier
 from fhir_transforms.r4.methods import METHODS, REMOVE, TextRef
@@ -26,6 +27,7 @@ SECURITY_SYSTEM = "http://terminology.hl7.org/CodeSystem/v3-ObservationValue"
 KEY_TAG_SYSTEM = "http://deid-adapter.org/fhir/CodeSystem/key-id"
 PROFILE_TAG_SYSTEM = "http://deid-adapter.org/fhir/CodeSystem/deid-profile"
 PATIENT_LINKS = ("subject", "patient", "beneficiary")
+RELATIVE_ELEMENTS = ("born", "age", "deceased")  # FamilyMemberHistory elements that describe the relative
 NO_OPTIONS: Mapping = MappingProxyType({})
 
 
@@ -69,6 +71,7 @@ class RecordContext:
     walked: list = field(default_factory=list)  # (resource, ResourceState), stamped once text is replaced
     references: dict = field(default_factory=dict)  # reference → its rewrite: a record points at its patient many times
     known_seen: set = field(default_factory=set)  # (value, category) already in `known`
+    age_limits: dict = field(default_factory=dict)  # patient id → the year they turned 90 (patients aged 90+ only)
 
 
 @dataclass
@@ -76,6 +79,8 @@ class ResourceState:
     type: str
     patient_id: str
     labels: set[str]
+    relative_age_limit: int | None = None  # a FamilyMemberHistory's relative aged 90+: the year they turned 90
+    container: "ResourceState | None" = None  # a contained resource's container: it carries the labels (dom-5)
 
 
 class Site:
@@ -136,6 +141,13 @@ class Site:
     def day_offset(self) -> int:
         return self.ctx.pseudo.day_offset(self.res.patient_id)
 
+    def age_limit_year(self) -> int | None:
+        """The year the person this date belongs to turned 90, if they are 90 or older (else None)."""
+        res = self.res
+        if res.relative_age_limit is not None and self.fpath.split(".", 2)[1].startswith(RELATIVE_ELEMENTS):
+            return res.relative_age_limit
+        return self.ctx.age_limits.get(res.patient_id) if self.ctx.age_limits else None
+
     def removes_identifier(self) -> bool:
         p = self.ctx.profile
         if self.parent.get("system") in p.identifier_remove_systems:
@@ -155,20 +167,44 @@ class Site:
         return node
 
 
-def walk_resource(res: dict, path: str, ctx: RecordContext) -> None:
+def walk_resource(res: dict, path: str, ctx: RecordContext, container: ResourceState | None = None) -> None:
     """Apply the profile to one resource (and, through the walk, to its contained and entry resources)."""
     rtype = res.get("resourceType")
     if not isinstance(rtype, str) or not is_resource_type(rtype):
         raise InputError(f"{path}: resourceType is missing or not an R4 resource type known to the R4B models")
-    state = ResourceState(rtype, _patient_of(res, ctx), set())
+    state = ResourceState(rtype, _patient_of(res, ctx), set(), container=container)
+    if rtype == "FamilyMemberHistory":
+        state.relative_age_limit = age_limit(_relative_birth(res), ctx.clock())
     _walk_complex(res, _plan(ctx.profile, rtype, rtype, True), path, ctx, state)
     ctx.walked.append((res, state))
 
 
 def stamp_all(ctx: RecordContext) -> None:
-    """After text replacement: label every walked resource with what was changed in it."""
+    """After text replacement: label every walked resource with what was changed in it. A contained
+    resource's labels go to its container: R4 (dom-5) forbids security labels on contained resources."""
+    for _, state in ctx.walked:  # contained resources are walked (and listed) before their container
+        if state.container is not None:
+            state.container.labels |= state.labels
     for res, state in ctx.walked:
-        _stamp(res, state, ctx)
+        if state.container is None:
+            _stamp(res, state, ctx)
+
+
+def age_limit(birth, today: date) -> int | None:
+    """The year a person born on `birth` turned 90, if they are 90 or older on `today`; else None."""
+    if not isinstance(birth, str):
+        return None
+    try:
+        if dates.age_in_years(birth, today) < 90:
+            return None
+    except dates.DateFormatError:
+        return None  # the walk reports the malformed date where it is
+    return int(birth[:4]) + 90
+
+
+def _relative_birth(res: dict):
+    born = res.get("bornPeriod")
+    return res.get("bornDate") or (born.get("start") or born.get("end") if isinstance(born, dict) else None)
 
 
 def _patient_of(res: dict, ctx: RecordContext) -> str:
@@ -337,7 +373,7 @@ def _transform(node: dict, key: str, value, step: _Step, path: str, container, s
         raise InputError(f"{path}: expected {'a value' if el.type in PRIMITIVE_TYPES else 'an object'} of type {el.type}")
     if rule is None:
         if el.type == "Resource":
-            walk_resource(value, path, ctx)
+            walk_resource(value, path, ctx, state if key == "contained" else None)
             return value
         if type(value) is dict:
             _walk_complex(value, _plan(ctx.profile, el.type, step.fpath, False), path, ctx, state)
