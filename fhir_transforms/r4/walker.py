@@ -133,10 +133,22 @@ class Site:
         """references.rewrite, once per distinct value in a record, unless each pseudonym issued is reported."""
         pseudo, cache = self.ctx.pseudo, self.ctx.references
         if pseudo.on_issue is not None:
+            self.record_original_ids(value)
             return references.rewrite(value, pseudo)
         if value not in cache:
+            self.record_original_ids(value)
             cache[value] = references.rewrite(value, pseudo)
         return cache[value]
+
+    def record_original_ids(self, value: str, rtype: str | None = None) -> None:
+        """The ids a rewritten reference (or, with `rtype`, resource id) held are known identifiers: left in
+        a narrative they would link each pseudonym to its original."""
+        for found in references.original_ids(value, rtype):
+            self.record_known(found, "UNIQUE_IDENTIFIER")
+
+    @property
+    def resource_type(self) -> str:
+        return self.res.type
 
     def day_offset(self) -> int:
         return self.ctx.pseudo.day_offset(self.res.patient_id)
