@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from fhir_transforms.r4.methods import DATA_ABSENT
+from tests.conftest import make_engine
 
 PATIENT_ID = "pat-94"
 BIRTH = "1931-06-01"  # 94 on the fixed test day (2026-01-15); turned 90 in 2021
@@ -68,7 +69,6 @@ def test_an_89_year_old_keeps_every_year(engine):
 
 
 def test_the_longitudinal_profile_removes_the_same_dates(test_key):
-    from tests.conftest import make_engine
     out = _by_type(make_engine(test_key, profile="longitudinal").deidentify(_bundle()).resource)
     assert [("start" in e["period"]) for e in out["Encounter"]] == [False, False, False, True, True]
     assert "start" not in out["Patient"][0]["address"][0]["period"]
