@@ -22,6 +22,7 @@ class FhirFile:
     ndjson: bool
     resources: list[dict]
     raw: list[bytes]
+    lines: list[int]  # each record's line number in the file (1 for a .json file)
 
 
 class NoResources(Exception):
@@ -47,21 +48,22 @@ def read(path: Path, rel: Path) -> FhirFile:
     except OSError as e:
         raise InputError(f"{path}: {e.strerror}") from None
     if path.suffix == ".ndjson":
-        resources, lines = [], []
+        resources, lines, numbers = [], [], []
         for n, line in enumerate(raw.splitlines(), 1):
             if line.strip():
                 resources.append(_loads(line, f"{path}: line {n}"))
                 lines.append(line.encode())
+                numbers.append(n)
         if resources and not any("resourceType" in r for r in resources):
             raise NoResources(f"{path}: holds no FHIR resources (no line has a resourceType); skipped")
         for n, r in enumerate(resources, 1):
             if "resourceType" not in r:
                 raise InputError(f"{path}: resource {n} has no resourceType")
-        return FhirFile(path, rel, True, resources, lines)
+        return FhirFile(path, rel, True, resources, lines, numbers)
     doc = _loads(raw, str(path))
     if "resourceType" not in doc:
         raise NoResources(f"{path}: not a FHIR resource (no resourceType); skipped")
-    return FhirFile(path, rel, False, [doc], [raw.encode()])
+    return FhirFile(path, rel, False, [doc], [raw.encode()], [1])
 
 
 def _loads(text: str, where: str) -> dict:
