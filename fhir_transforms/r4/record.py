@@ -20,11 +20,13 @@ from fhir_transforms.r4.methods import TEXT_CONTENT_TYPES
 from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.rules import Profile
 from fhir_transforms.r4.schema import elements, is_resource_type
+from fhir_transforms.r4.shapes import R4_ONLY
 from fhir_transforms.r4.walker import RecordContext, WrittenSlots, age_limit, stamp_all, walk_resource
 from text_deid import leak_guard
 from text_deid.spans import DetectorError, KnownIdentifier, Span
 from text_deid.stack import TextStack
 
+R4_ONLY_PLACEHOLDER = {"resourceType": "Basic", "code": {"text": "an R4 resource type the R4B models lack"}}
 SKIP_KEYS = {"resourceType", "system", "url"}  # structure, not content: codes of terminologies and extension urls
 
 
@@ -139,8 +141,16 @@ def _copy(resource: dict) -> dict:
 
 
 def validate(resource: dict, path: str) -> None:
-    """Validate against the R4B models; the message names locations and error types, never values."""
+    """Validate against the R4B models; the message names locations and error types, never values.
+
+    The R4 types R4B dropped have no model (fhir_transforms/r4/shapes.py): a Bundle's entries of those
+    types are held by a placeholder while the Bundle is checked."""
     rtype = resource.get("resourceType")
+    if rtype in R4_ONLY:
+        return
+    if rtype == "Bundle" and any(_is_r4_only(e) for e in resource.get("entry", []) or []):
+        resource = {**resource, "entry": [{**e, "resource": R4_ONLY_PLACEHOLDER} if _is_r4_only(e) else e
+                                          for e in resource["entry"]]}
     try:
         get_fhir_model_class(rtype).model_validate(resource)
     except (KeyError, ValueError, TypeError) as e:
@@ -150,6 +160,11 @@ def validate(resource: dict, path: str) -> None:
             )
             raise InputError(f"{path}: not a valid FHIR R4 {rtype}: {where}") from None
         raise InputError(f"{path}: not a FHIR R4 resource the R4B models know (resourceType {rtype!r})") from None
+
+
+def _is_r4_only(entry) -> bool:
+    resource = entry.get("resource") if isinstance(entry, dict) else None
+    return isinstance(resource, dict) and resource.get("resourceType") in R4_ONLY
 
 
 def iter_resources(doc: dict) -> Iterator[dict]:

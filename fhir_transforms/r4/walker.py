@@ -19,6 +19,7 @@ from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.rules import Profile, Rule
 from fhir_transforms.known import FULL_DATE_RE
 from fhir_transforms.r4.schema import PRIMITIVES, Element, elements, is_resource_type
+from fhir_transforms.r4.shapes import R4_ONLY, datatype_of, primitive_of
 from text_deid.spans import KnownIdentifier
 
 PRIMITIVE_TYPES = frozenset(PRIMITIVES.values()) | {"boolean"}
@@ -182,13 +183,61 @@ class Site:
 def walk_resource(res: dict, path: str, ctx: RecordContext, container: ResourceState | None = None) -> None:
     """Apply the profile to one resource (and, through the walk, to its contained and entry resources)."""
     rtype = res.get("resourceType")
-    if not isinstance(rtype, str) or not is_resource_type(rtype):
-        raise InputError(f"{path}: resourceType is missing or not an R4 resource type known to the R4B models")
+    if not isinstance(rtype, str) or not (is_resource_type(rtype) or rtype in R4_ONLY):
+        raise InputError(f"{path}: resourceType is missing or not an R4 resource type")
     state = ResourceState(rtype, _patient_of(res, ctx), set(), container=container)
     if rtype == "FamilyMemberHistory":
         state.relative_age_limit = age_limit(_relative_birth(res), ctx.clock())
-    _walk_complex(res, _plan(ctx.profile, rtype, rtype, True), path, ctx, state)
+    if rtype in R4_ONLY:
+        _walk_by_shape(res, rtype, rtype, True, path, ctx, state)
+    else:
+        _walk_complex(res, _plan(ctx.profile, rtype, rtype, True), path, ctx, state)
     ctx.walked.append((res, state))
+
+
+def _walk_by_shape(node: dict, owner: str, fpath: str, is_resource: bool, path: str, ctx: RecordContext,
+                   state: ResourceState) -> None:
+    """A resource type the R4B models lack (fhir_transforms/r4/shapes.py): DomainResource's elements as
+    usual; each other element's datatype told by its JSON shape, an object of no known shape walked the same way."""
+    known = _plan(ctx.profile, "DomainResource", fpath, True) if is_resource else {}
+    plan: dict[str, _Step] = {}
+    for key in list(node):
+        if key == "resourceType" or key in known:
+            continue
+        value = node[key]
+        first = value[0] if type(value) is list and value else value
+        name, sub_fpath = key.lstrip("_"), f"{fpath}.{key.lstrip('_')}"
+        if key.startswith("_"):
+            type_name = "Element"
+        elif type(first) is dict:
+            type_name = datatype_of(first) or ""
+            if not type_name:  # a backbone element: walked by shape here, passed over by _walk_complex below
+                items = value if type(value) is list else [value]
+                for i, item in enumerate(items):
+                    item_path = f"{path}.{key}[{i}]" if type(value) is list else f"{path}.{key}"
+                    if type(item) is dict:
+                        _walk_by_shape(item, owner, sub_fpath, False, item_path, ctx, state)
+                plan[key] = _Step(owner, Element(name, "BackboneElement", type(value) is list, False), None, sub_fpath,
+                                  (dict,), (dict,), (dict,))
+                continue
+        else:
+            type_name = primitive_of(first)
+        el = Element(name, type_name, type(value) is list, False)
+        rule = ctx.profile.lookup(sub_fpath, owner, is_resource, name, type_name)
+        kept = type_name in PRIMITIVE_TYPES and (rule or ctx.profile.default_primitive).method == "keep"
+        walk_into = rule is None and type_name not in PRIMITIVE_TYPES
+        shape = _shape(type_name)
+        plan[key] = _Step(owner, el, rule, sub_fpath, shape, shape if kept and not el.is_list else (),
+                          shape if kept and el.is_list else (), (type_name, sub_fpath, False) if walk_into else None,
+                          rule is not None and not el.is_list)
+    _walk_complex(node, {**known, **plan}, path, ctx, state)
+    for key, step in plan.items():  # backbone elements the rules left empty are dropped
+        if step.element.type == "BackboneElement" and key in node:
+            items = [v for v in (node[key] if type(node[key]) is list else [node[key]]) if v]
+            if not items:
+                del node[key]
+            else:
+                node[key] = items if type(node[key]) is list else items[0]
 
 
 def stamp_all(ctx: RecordContext) -> None:
