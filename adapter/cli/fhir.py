@@ -65,9 +65,9 @@ def fhir(
             if refused:  # NDJSON lines refused: their neighbours are written, these are listed
                 account.discard()  # pseudonyms the vault holds pending include the refused lines'
                 for n, raw, reason, where, rtype in refused:
-                    account.refused(raw, reason, where, rtype)
+                    account.refused(raw, reason, where, rtype)  # replaces what is pending: one at a time
+                    account.commit()
                     typer.echo(f"refused  {reason}", err=True)
-                account.commit()
                 counts["refused_lines"] += len(refused)
                 gone = {n for n, *_ in refused}
                 kept = [(n, raw) for n, raw in zip(f.lines, f.raw) if n not in gone]
