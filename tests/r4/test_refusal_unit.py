@@ -50,7 +50,7 @@ def test_a_bundle_stays_all_or_nothing(tmp_path, test_key_file):
     assert not (tmp_path / "out.json").exists()
 
 
-def test_each_refused_line_is_audited_and_only_written_lines_are_vaulted(setup):
+def test_each_refused_line_is_audited_and_only_written_lines_are_vaulted(setup):  # noqa: F811
     src = setup["src"].with_name("Patient.ndjson")
     lines = [_patient("bad-1", modifierExtension=UNKNOWN_MODIFIER), _patient("good"),
              _patient("bad-2", modifierExtension=UNKNOWN_MODIFIER)]
