@@ -154,6 +154,11 @@ class Site:
     def day_offset(self) -> int:
         return self.ctx.pseudo.day_offset(self.res.patient_id)
 
+    def keeps_by_design(self, element: str) -> bool:
+        """Whether the profile keeps `Owner.element` by design (leak_guard.kept_by_design) with a keep rule."""
+        profile = self.ctx.profile
+        return element in profile.kept_by_design and profile.rules.get(element, profile.default_primitive).method == "keep"
+
     def age_limit_year(self) -> int | None:
         """The year the person this date belongs to turned 90, if they are 90 or older (else None)."""
         res = self.res

@@ -70,3 +70,12 @@ def test_a_kept_by_design_element_whose_rule_is_not_keep_is_read(engine, monkeyp
     monkeypatch.setattr(profile, "plans", {})
     with pytest.raises(LeakFound):
         engine.deidentify(_patient("Smith", address=[{"city": "New York", "state": "New York"}]))
+
+
+def test_a_concept_text_equal_to_a_coding_display_is_kept_another_text_is_not(engine):
+    engine.stack = _SeesNothing()
+    concept = {"coding": [{"system": "http://example.org/codes", "code": "w", "display": "White"}], "text": "White"}
+    out = engine.deidentify(_patient("White", maritalStatus=concept)).resource
+    assert out["maritalStatus"]["text"] == "White"
+    with pytest.raises(LeakFound, match=r"NAME at Patient\.maritalStatus\.text"):
+        engine.deidentify(_patient("White", maritalStatus={**concept, "text": "White, widowed"}))
