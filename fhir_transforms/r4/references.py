@@ -58,8 +58,8 @@ def _rewrite_query(query: str, pseudo: Pseudonymizer) -> str:
 
 def original_ids(value: str, rtype: str | None = None) -> list[str]:
     """How the ids a reference, fullUrl or url holds (or, with `rtype`, a resource id) are written in text:
-    `Type/id` for any id, and the bare id where it is distinctive (8 or more characters with a digit: a
-    uuid, a long number), so that "example" or "23" are looked for only in a reference-shaped context.
+    the bare id where it is distinctive (8 or more characters with a digit: a uuid, a long number), which
+    also finds it in `Type/id`; else `Type/id`, so that "example" or "23" are looked for only there.
     Conditional references give their identifier values."""
     if rtype is not None:
         rid = value
@@ -71,10 +71,9 @@ def original_ids(value: str, rtype: str | None = None) -> list[str]:
         return query_identifiers(m["query"])
     else:
         return []
-    found = [f"{rtype}/{rid}"] if rtype else []
     if len(rid) >= 8 and any(c.isdigit() for c in rid):
-        found.append(rid)
-    return found
+        return [rid]  # its every match in `Type/id` too
+    return [f"{rtype}/{rid}"] if rtype else []
 
 
 def query_identifiers(query: str) -> list[str]:
