@@ -25,6 +25,7 @@ class FhirFile:
     ndjson: bool
     resources: list[dict]
     raw: list[bytes]
+    lines: list[int]  # each record's line number in the file (1 for a .json file)
 
 
 class NoResources(Exception):
@@ -54,22 +55,23 @@ def read(path: Path, rel: Path) -> FhirFile:
         raise InputError(f"{path}: {e.strerror}") from None
     if path.suffix == ".ndjson":
         del text
-        resources, lines = [], []
+        resources, lines, numbers = [], [], []
         for n, line in enumerate(data.splitlines(), 1):
             if line.strip():
                 resources.append(_loads(line, f"{path}: line {n}"))
                 lines.append(line)
+                numbers.append(n)
         if resources and not any("resourceType" in r for r in resources):
             raise NoResources(f"{path}: holds no FHIR resources (no line has a resourceType); skipped")
         for n, r in enumerate(resources, 1):
             if "resourceType" not in r:
                 raise InputError(f"{path}: resource {n} has no resourceType")
-        return FhirFile(path, rel, True, resources, lines)
+        return FhirFile(path, rel, True, resources, lines, numbers)
     doc = _loads(text, str(path))
     del text
     if "resourceType" not in doc:
         raise NoResources(f"{path}: not a FHIR resource (no resourceType); skipped")
-    return FhirFile(path, rel, False, [doc], [data])
+    return FhirFile(path, rel, False, [doc], [data], [1])
 
 
 def _loads(text: str | bytes, where: str) -> dict:

@@ -34,6 +34,7 @@ class Profile:
     identifier_remove_systems: frozenset[str]
     extension_allow: frozenset[str]
     modifier_extension_allow: frozenset[str]
+    kept_by_design: frozenset[str] = frozenset()  # Owner.element values the leak guard trusts where the rules kept them
     plans: dict = field(default_factory=dict, repr=False)  # the walker's per-path plans (fhir_transforms/r4/walker.py)
 
     def lookup(self, path: str, owner: str, owner_is_resource: bool, element: str, element_type: str) -> Rule | None:
@@ -107,4 +108,5 @@ def load_profile(name: str) -> Profile:
         identifier_remove_systems=frozenset(ids.get("remove_systems", [])),
         extension_allow=frozenset(doc.get("extensions", {}).get("allow", [])),
         modifier_extension_allow=frozenset(doc.get("modifier_extensions", {}).get("allow", [])),
+        kept_by_design=frozenset(doc.get("leak_guard", {}).get("kept_by_design", [])),
     )

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 from typing import Optional
 
@@ -58,21 +59,28 @@ def fhir(
         fail(f"{output}: exists and is not a folder (INPUT is a folder)")
     root = output if output.is_dir() or not single else None  # a folder written into: no link may lead out of it
     account = auditing.open_session(engine, "fhir", audit, audit_key_file, actor, vault, vault_key_file)
-    counts = {"written": 0, "bad_input": 0, "refused": 0, "skipped": 0, "resources": 0}
+    counts = {"written": 0, "bad_input": 0, "refused": 0, "skipped": 0, "resources": 0, "refused_lines": 0}
     for path, rel in inputs:
         target = (output / rel.name if output.is_dir() else output) if single else output / rel
         try:
             if root is not None:
                 fhir_files.check_inside(target, root)  # before anything is audited
             f = fhir_files.read(path, rel)
-            results, audited = [], []
-            for n, (res, raw) in enumerate(zip(f.resources, f.raw), 1):
-                engine.validate = validate is Validation.full or (
-                    validate is Validation.sample and _sampled(path, n))
-                where = f"{path}: line {n}" if f.ndjson else str(path)
-                result = engine.deidentify(res, where, consume=True)  # read for this call only
-                results.append(result.resource)
-                audited.append((raw, res["resourceType"], result.findings, where))
+            results, audited, refused = _deidentify_file(engine, f, validate)
+            if refused:  # NDJSON lines refused: their neighbours are written, these are listed
+                account.discard()  # pseudonyms the vault holds pending include the refused lines'
+                for n, raw, reason, where, rtype in refused:
+                    account.refused(raw, reason, where, rtype)  # replaces what is pending: one at a time
+                    account.commit()
+                    typer.echo(f"refused  {reason}", err=True)
+                counts["refused_lines"] += len(refused)
+                gone = {n for n, *_ in refused}
+                kept = [(n, raw) for n, raw in zip(f.lines, f.raw) if n not in gone]
+                f.lines, f.raw = [n for n, _ in kept], [raw for _, raw in kept]
+                f.resources = [json.loads(raw) for raw in f.raw]  # the first pass consumed them
+                if not f.raw:
+                    continue
+                results, audited, _ = _deidentify_file(engine, f, validate)  # the same output, its vault entries only
             data = fhir_files.serialize(results, f.ndjson)
             auditing.record_file(account, audited, data, f.ndjson)  # durable before the output exists
             fhir_files.write_atomic(target, data, root)
@@ -85,8 +93,8 @@ def fhir(
             account.discard()
             counts["bad_input"] += 1
             typer.echo(f"bad input  {e}", err=True)
-        except RecordRefused as e:
-            account.refused(raw, str(e), where, res.get("resourceType", ""))
+        except RecordRefused as e:  # a Bundle or resource file: all or nothing
+            account.refused(f.raw[0], str(e), str(path), f.resources[0].get("resourceType", ""))
             try:
                 account.commit()
             except AuditError as audit_error:
@@ -99,15 +107,35 @@ def fhir(
             typer.echo(f"ok  {rel} ({len(results)} resource{'s' * (len(results) != 1)})", err=True)
     typer.echo(
         f"{counts['written']} file(s) written to {output} ({counts['resources']} resource(s)), "
-        f"{counts['refused']} refused, {counts['bad_input']} bad input, {counts['skipped']} skipped (no resources)",
+        f"{counts['refused']} refused, {counts['bad_input']} bad input, {counts['skipped']} skipped (no resources)"
+        + (f", {counts['refused_lines']} NDJSON line(s) refused" if counts["refused_lines"] else ""),
         err=True,
     )
     if counts["bad_input"]:
         raise typer.Exit(EXIT_BAD_INPUT)
-    if counts["refused"]:
+    if counts["refused"] or counts["refused_lines"]:
         raise typer.Exit(EXIT_REFUSED)
     if not counts["written"]:
         fail("nothing to write: no input file held FHIR resources")
+
+
+def _deidentify_file(engine, f: fhir_files.FhirFile, validate: Validation) -> tuple[list, list, list]:
+    """De-identify a file's records: (outputs, audit rows, refused). A Bundle or resource file is one record
+    (RecordRefused propagates); an NDJSON line refused is listed as (line, raw, reason, where, resourceType)."""
+    results, audited, refused = [], [], []
+    for n, res, raw in zip(f.lines, f.resources, f.raw):
+        engine.validate = validate is Validation.full or (validate is Validation.sample and _sampled(f.path, n))
+        where = f"{f.path}: line {n}" if f.ndjson else str(f.path)
+        try:
+            result = engine.deidentify(res, where, consume=True)  # read for this call only
+        except RecordRefused as e:
+            if not f.ndjson:
+                raise
+            refused.append((n, raw, str(e), where, res.get("resourceType", "")))
+            continue
+        results.append(result.resource)
+        audited.append((raw, res["resourceType"], result.findings, where))
+    return results, audited, refused
 
 
 def _sampled(path: Path, n: int) -> bool:

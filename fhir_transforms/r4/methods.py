@@ -15,7 +15,7 @@ from fhir_transforms.fpe import fpe_format, selects
 from fhir_transforms.known import PERSON_REFERENCE_RE, identifier_category
 from fhir_transforms.methods import check_implemented
 from fhir_transforms.pseudonym import Pseudonymizer
-from fhir_transforms.r4.schema import Element
+from fhir_transforms.r4.schema import Element, elements
 from fhir_transforms.r4 import rendered
 from fhir_transforms.r4.xhtml import Narrative
 from text_deid import replace
@@ -40,7 +40,12 @@ class Site(Protocol):
     def record_known(self, value, category: str) -> None: ...
     def generated(self) -> None: ...
     def rewrite_reference(self, value: str) -> str | None: ...
+    def record_original_ids(self, value: str, rtype: str | None = None) -> None: ...
+    @property
+    def resource_type(self) -> str: ...
     def day_offset(self) -> int: ...
+    def age_limit_year(self) -> int | None: ...
+    def keeps_by_design(self, element: str) -> bool: ...
     def removes_identifier(self) -> bool: ...
     def add_primitive_extensions(self, extensions: list[dict]) -> None: ...
     def apply_type_rule(self, value): ...
@@ -51,6 +56,8 @@ REFERENCE_ELEMENTS = {"reference", "fullUrl", "url", "location"}  # values that 
 AGE_EXTENSION = "http://deid-adapter.org/fhir/StructureDefinition/age-over-89"
 DATA_ABSENT = "http://hl7.org/fhir/StructureDefinition/data-absent-reason"
 TEXT_CONTENT_TYPES = ("text/", "application/json", "application/xml", "application/fhir+json", "application/fhir+xml")
+UCUM = "http://unitsofmeasure.org"
+NINETY_YEARS = {"value": 90, "unit": "a", "system": UCUM, "code": "a"}
 YEARS_PER_UNIT = {"a": 1, "yr": 1, "year": 1, "years": 1, "mo": 1 / 12, "month": 1 / 12, "wk": 1 / 52.1775,
                   "d": 1 / 365.25, "day": 1 / 365.25}
 
@@ -76,6 +83,8 @@ def keep(value, site: Site):
 
 def year(value, site: Site):
     site.record_known(value, "DATE")
+    if _reveals_age_over_89(value, site):
+        return _mask_date(site)
     site.label("ABSTRED")
     if site.element.type == "instant":
         if not site.element.required:
@@ -88,9 +97,37 @@ def year(value, site: Site):
 
 def shift(value, site: Site):
     site.record_known(value, "DATE")
+    if _reveals_age_over_89(value, site):
+        return _mask_date(site)
     site.label("PSEUDED")
     site.generated()
     return dates.shift(value, site.day_offset())
+
+
+def _reveals_age_over_89(value: str, site: Site) -> bool:
+    """A date of a person aged 90 or more, in or before the year they turned 90: its year tells the age."""
+    limit = site.age_limit_year()
+    return limit is not None and int(dates.parse(value).group("y")) <= limit
+
+
+def _mask_date(site: Site):
+    """Remove a date, marked data-absent; one of a required choice is replaced by its Period or string
+    type, since the R4B models (unlike R4 itself) do not count a primitive that holds only an extension."""
+    site.label("AGGRED")
+    if site.element.is_list:
+        return REMOVE
+    absent = {"extension": [{"url": DATA_ABSENT, "valueCode": "masked"}]}
+    choice = site.element.required_choice
+    if not choice:
+        site.add_primitive_extensions(absent["extension"])
+    elif f"{choice}Period" in elements(site.owner):
+        site.parent[f"{choice}Period"] = {"_start": absent, "_end": absent}
+    elif f"{choice}String" in elements(site.owner):
+        site.parent[f"{choice}String"] = "masked"
+        site.parent[f"_{choice}String"] = absent
+    else:
+        raise InputError(f"{site.path}: a required date that would tell an age over 89 has no other type to take")
+    return REMOVE
 
 
 def pseudonym(value, site: Site):
@@ -101,8 +138,11 @@ def pseudonym(value, site: Site):
             return remove(value, site)
         result = pseudo.identifier(site.parent.get("system"), value)
     elif site.element.name == "id":
+        site.record_original_ids(value, site.resource_type)
         result = pseudo.resource_id(value)
     elif site.element.name == "ifNoneExist":
+        for ident in references.query_identifiers(value):
+            site.record_known(ident, "UNIQUE_IDENTIFIER")
         result = references.rewrite_query(value, pseudo)
     elif site.element.name in REFERENCE_ELEMENTS:
         result = site.rewrite_reference(value)
@@ -145,14 +185,18 @@ def zip3(value, site: Site):
 
 
 def age90(value, site: Site):
-    """Ages over 89 become 90+: an Age of 90 or more becomes `>= 90 a`; a birth date that reveals it is removed."""
+    """Ages over 89 become 90+: an Age of 90 or more becomes `>= 90 a`, a Range of ages reaching 90 becomes
+    "90 and over" (low 90, no high); a birth date that reveals it is removed."""
+    if isinstance(value, dict) and site.element.type == "Range":
+        if any(_years(value.get(end)) >= 90 for end in ("low", "high")):
+            site.label("AGGRED")
+            return {**{k: v for k, v in value.items() if k not in ("low", "high")}, "low": dict(NINETY_YEARS)}
+        return site.walk_into(value)
     if isinstance(value, dict):  # Age (a Quantity)
-        years = value.get("value")
-        per_unit = YEARS_PER_UNIT.get(value.get("code") or value.get("unit") or "a")
-        if years is not None and per_unit is not None and years * per_unit >= 90:
+        if _years(value) >= 90:
             site.label("AGGRED")
             return {**{k: v for k, v in value.items() if k not in ("value", "comparator", "unit", "code")},
-                    "value": 90, "comparator": ">=", "unit": "a", "system": "http://unitsofmeasure.org", "code": "a"}
+                    "value": 90, "comparator": ">=", "unit": "a", "system": UCUM, "code": "a"}
         return site.walk_into(value)
     site.record_known(value, "DATE")
     if dates.age_in_years(value, site.clock()) >= 90:
@@ -163,6 +207,14 @@ def age90(value, site: Site):
         ])
         return REMOVE
     return site.apply_type_rule(value)
+
+
+def _years(quantity) -> float:
+    """An age quantity in years; 0 when it is absent or in a unit that is not a time."""
+    if not isinstance(quantity, dict) or not isinstance(quantity.get("value"), (int, float)):
+        return 0
+    per_unit = YEARS_PER_UNIT.get(quantity.get("code") or quantity.get("unit") or "a")
+    return quantity["value"] * per_unit if per_unit is not None else 0
 
 
 def text(value, site: Site):
@@ -177,6 +229,10 @@ def text(value, site: Site):
         return TextRef(narrative.texts, narrative.render)
     if site.element.type == "base64Binary":
         return _attachment_text(value, site)
+    if site.owner == "CodeableConcept" and site.element.name == "text" and site.keeps_by_design("Coding.display") \
+            and value in {c.get("display") for c in site.parent.get("coding") or () if type(c) is dict}:
+        site.generated()  # the display of one of its codings, which the rules keep: not free text
+        return value
     if site.owner == "Reference" and site.element.name == "display" and PERSON_REFERENCE_RE.match(
             str(site.parent.get("reference", ""))):
         site.record_known(value, "NAME")  # "Dr. Ronny Block" on a reference to a Practitioner

@@ -19,11 +19,14 @@ from fhir_transforms.errors import DetectorFailed, InputError, LeakFound, Output
 from fhir_transforms.r4.methods import TEXT_CONTENT_TYPES
 from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.rules import Profile
-from fhir_transforms.r4.walker import RecordContext, WrittenSlots, stamp_all, walk_resource
+from fhir_transforms.r4.schema import elements, is_resource_type
+from fhir_transforms.r4.shapes import R4_ONLY
+from fhir_transforms.r4.walker import RecordContext, WrittenSlots, age_limit, stamp_all, walk_resource
 from text_deid import leak_guard
 from text_deid.spans import DetectorError, KnownIdentifier, Span
 from text_deid.stack import TextStack
 
+R4_ONLY_PLACEHOLDER = {"resourceType": "Basic", "code": {"text": "an R4 resource type the R4B models lack"}}
 SKIP_KEYS = {"resourceType", "system", "url"}  # structure, not content: codes of terminologies and extension urls
 
 
@@ -81,6 +84,10 @@ class Deidentifier:
         members = list(iter_resources(doc))
         patients = [r.get("id") for r in members if r.get("resourceType") == "Patient" and r.get("id")]
         ctx = RecordContext(self.profile, self.pseudo, self.clock, patients[0] if len(patients) == 1 else None)
+        today = self.clock()
+        for r in members:
+            if r.get("resourceType") == "Patient" and (limit := age_limit(r.get("birthDate"), today)) is not None:
+                ctx.age_limits[r.get("id") or ""] = limit
         ctx.known.update(known_ids.collect(members))
         ctx.known.update(linked)
         walk_resource(doc, path, ctx)
@@ -108,7 +115,7 @@ class Deidentifier:
         # Most records hold no surviving identifier: search the output's distinct texts first, and work out
         # their paths only when something is found.
         leaks = [] if leak_guard.clean(output_texts(doc, ctx.generated), known) else leak_guard.scan(
-            output_strings(doc, ctx.generated, path), known)
+            _unless_kept(output_strings(doc, ctx.generated, path), kept_by_design(doc, path, self.profile)), known)
         if leaks:
             shown = "; ".join(str(leak) for leak in leaks[:5])
             raise LeakFound(f"{path}: leak guard refused the output: {len(leaks)} known identifier(s) survived: {shown}")
@@ -134,8 +141,16 @@ def _copy(resource: dict) -> dict:
 
 
 def validate(resource: dict, path: str) -> None:
-    """Validate against the R4B models; the message names locations and error types, never values."""
+    """Validate against the R4B models; the message names locations and error types, never values.
+
+    The R4 types R4B dropped have no model (fhir_transforms/r4/shapes.py): a Bundle's entries of those
+    types are held by a placeholder while the Bundle is checked."""
     rtype = resource.get("resourceType")
+    if rtype in R4_ONLY:
+        return
+    if rtype == "Bundle" and any(_is_r4_only(e) for e in resource.get("entry", []) or []):
+        resource = {**resource, "entry": [{**e, "resource": R4_ONLY_PLACEHOLDER} if _is_r4_only(e) else e
+                                          for e in resource["entry"]]}
     try:
         get_fhir_model_class(rtype).model_validate(resource)
     except (KeyError, ValueError, TypeError) as e:
@@ -145,6 +160,11 @@ def validate(resource: dict, path: str) -> None:
             )
             raise InputError(f"{path}: not a valid FHIR R4 {rtype}: {where}") from None
         raise InputError(f"{path}: not a FHIR R4 resource the R4B models know (resourceType {rtype!r})") from None
+
+
+def _is_r4_only(entry) -> bool:
+    resource = entry.get("resource") if isinstance(entry, dict) else None
+    return isinstance(resource, dict) and resource.get("resourceType") in R4_ONLY
 
 
 def iter_resources(doc: dict) -> Iterator[dict]:
@@ -165,6 +185,40 @@ def output_strings(node, generated: WrittenSlots, path: str) -> list[tuple[str, 
     found: list[tuple[str, str]] = []
     _collect_strings(node, generated.by_id, path, found)
     return found
+
+
+def kept_by_design(doc: dict, path: str, profile: Profile) -> set[str]:
+    """The JSON paths of the output's strings that the rules kept by design: an element the profile lists
+    under leak_guard.kept_by_design (Coding.display, Address.state, ...) whose rule at that place is
+    `keep`, so that its value is the input's, unchanged."""
+    found: set[str] = set()
+    if profile.kept_by_design:
+        rtype = doc.get("resourceType")
+        _find_kept(doc, rtype, rtype, True, path, profile, found)
+    return found
+
+
+def _find_kept(node: dict, type_name, fpath: str, is_resource: bool, path: str, profile: Profile, found: set) -> None:
+    for key, value in node.items():
+        el = elements(type_name).get(key) if is_resource_type(type_name) or not is_resource else None
+        if el is None:
+            continue
+        items = value if type(value) is list else [value]
+        for i, item in enumerate(items):
+            item_path = f"{path}.{key}[{i}]" if type(value) is list else f"{path}.{key}"
+            if type(item) is dict and el.type == "Resource":
+                rtype = item.get("resourceType")
+                _find_kept(item, rtype, str(rtype), True, item_path, profile, found)
+            elif type(item) is dict:
+                _find_kept(item, el.type, f"{fpath}.{el.name}", False, item_path, profile, found)
+            elif type(item) is str and f"{type_name}.{el.name}" in profile.kept_by_design:
+                rule = profile.lookup(f"{fpath}.{el.name}", type_name, is_resource, el.name, el.type)
+                if (rule or profile.default_primitive).method == "keep":
+                    found.add(item_path)
+
+
+def _unless_kept(strings: list[tuple[str, str]], kept: set[str]) -> list[tuple[str, str]]:
+    return [(p, text) for p, text in strings if p not in kept] if kept else strings
 
 
 def output_texts(node, generated: WrittenSlots) -> list[str]:

@@ -56,6 +56,32 @@ def _rewrite_query(query: str, pseudo: Pseudonymizer) -> str:
     return "&".join(kept)
 
 
+def original_ids(value: str, rtype: str | None = None) -> list[str]:
+    """How the ids a reference, fullUrl or url holds (or, with `rtype`, a resource id) are written in text:
+    the bare id where it is distinctive (8 or more characters with a digit: a uuid, a long number), which
+    also finds it in `Type/id`; else `Type/id`, so that "example" or "23" are looked for only there.
+    Conditional references give their identifier values."""
+    if rtype is not None:
+        rid = value
+    elif value.startswith("urn:uuid:"):
+        rtype, rid = None, value[len("urn:uuid:"):]
+    elif m := LITERAL_RE.match(value):
+        rtype, rid = m["type"], m["id"]
+    elif m := CONDITIONAL_RE.match(value):
+        return query_identifiers(m["query"])
+    else:
+        return []
+    if len(rid) >= 8 and any(c.isdigit() for c in rid):
+        return [rid]  # its every match in `Type/id` too
+    return [f"{rtype}/{rid}"] if rtype else []
+
+
+def query_identifiers(query: str) -> list[str]:
+    """The identifier values of a conditional url's or ifNoneExist's criteria."""
+    return [value.rpartition("|")[2] for name, value in parse_qsl(query, keep_blank_values=True)
+            if name == "identifier" and value.rpartition("|")[2]]
+
+
 def resource_id_of(reference: str) -> str | None:
     """The target id of a literal or urn:uuid reference (used to find a resource's patient)."""
     if reference.startswith("urn:uuid:"):

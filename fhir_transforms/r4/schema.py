@@ -28,6 +28,7 @@ class Element:
     type: str  # FHIR type: "HumanName", "dateTime", "Resource", ... ; "Element" for `_x` primitive extensions
     is_list: bool
     required: bool
+    required_choice: str = ""  # one type of a required choice (occurrence[x]): its name without the type
 
 
 def _type_name(annotation) -> tuple[str, bool]:
@@ -68,7 +69,8 @@ def elements(type_name: str) -> dict[str, Element]:
         type_name_, is_list = _type_name(field.annotation)
         key = field.alias or field_name
         name = key.lstrip("_")
-        out[key] = Element(name, type_name_, is_list, bool(extra.get("element_required")))
+        choice = extra.get("one_of_many", "") if extra.get("one_of_many_required") else ""
+        out[key] = Element(name, type_name_, is_list, bool(extra.get("element_required")), choice)
     return out
 
 

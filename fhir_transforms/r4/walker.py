@@ -11,6 +11,7 @@ from datetime import date
 from types import MappingProxyType
 from typing import Callable, Mapping
 
+from fhir_transforms import dates
 from fhir_transforms.r4 import references
 from fhir_transforms.errors import InputError, UnknownModifier
 from fhir_transforms.r4.methods import METHODS, REMOVE, TextRef
@@ -18,6 +19,7 @@ from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.rules import Profile, Rule
 from fhir_transforms.known import FULL_DATE_RE
 from fhir_transforms.r4.schema import PRIMITIVES, Element, elements, is_resource_type
+from fhir_transforms.r4.shapes import R4_ONLY, datatype_of, primitive_of
 from text_deid.spans import KnownIdentifier
 
 PRIMITIVE_TYPES = frozenset(PRIMITIVES.values()) | {"boolean"}
@@ -26,6 +28,7 @@ SECURITY_SYSTEM = "http://terminology.hl7.org/CodeSystem/v3-ObservationValue"
 KEY_TAG_SYSTEM = "http://deid-adapter.org/fhir/CodeSystem/key-id"
 PROFILE_TAG_SYSTEM = "http://deid-adapter.org/fhir/CodeSystem/deid-profile"
 PATIENT_LINKS = ("subject", "patient", "beneficiary")
+RELATIVE_ELEMENTS = ("born", "age", "deceased")  # FamilyMemberHistory elements that describe the relative
 NO_OPTIONS: Mapping = MappingProxyType({})
 
 
@@ -69,6 +72,7 @@ class RecordContext:
     walked: list = field(default_factory=list)  # (resource, ResourceState), stamped once text is replaced
     references: dict = field(default_factory=dict)  # reference → its rewrite: a record points at its patient many times
     known_seen: set = field(default_factory=set)  # (value, category) already in `known`
+    age_limits: dict = field(default_factory=dict)  # patient id → the year they turned 90 (patients aged 90+ only)
 
 
 @dataclass
@@ -76,6 +80,8 @@ class ResourceState:
     type: str
     patient_id: str
     labels: set[str]
+    relative_age_limit: int | None = None  # a FamilyMemberHistory's relative aged 90+: the year they turned 90
+    container: "ResourceState | None" = None  # a contained resource's container: it carries the labels (dom-5)
 
 
 class Site:
@@ -128,13 +134,37 @@ class Site:
         """references.rewrite, once per distinct value in a record, unless each pseudonym issued is reported."""
         pseudo, cache = self.ctx.pseudo, self.ctx.references
         if pseudo.on_issue is not None:
+            self.record_original_ids(value)
             return references.rewrite(value, pseudo)
         if value not in cache:
+            self.record_original_ids(value)
             cache[value] = references.rewrite(value, pseudo)
         return cache[value]
 
+    def record_original_ids(self, value: str, rtype: str | None = None) -> None:
+        """The ids a rewritten reference (or, with `rtype`, resource id) held are known identifiers: left in
+        a narrative they would link each pseudonym to its original."""
+        for found in references.original_ids(value, rtype):
+            self.record_known(found, "UNIQUE_IDENTIFIER")
+
+    @property
+    def resource_type(self) -> str:
+        return self.res.type
+
     def day_offset(self) -> int:
         return self.ctx.pseudo.day_offset(self.res.patient_id)
+
+    def keeps_by_design(self, element: str) -> bool:
+        """Whether the profile keeps `Owner.element` by design (leak_guard.kept_by_design) with a keep rule."""
+        profile = self.ctx.profile
+        return element in profile.kept_by_design and profile.rules.get(element, profile.default_primitive).method == "keep"
+
+    def age_limit_year(self) -> int | None:
+        """The year the person this date belongs to turned 90, if they are 90 or older (else None)."""
+        res = self.res
+        if res.relative_age_limit is not None and self.fpath.split(".", 2)[1].startswith(RELATIVE_ELEMENTS):
+            return res.relative_age_limit
+        return self.ctx.age_limits.get(res.patient_id) if self.ctx.age_limits else None
 
     def removes_identifier(self) -> bool:
         p = self.ctx.profile
@@ -155,20 +185,92 @@ class Site:
         return node
 
 
-def walk_resource(res: dict, path: str, ctx: RecordContext) -> None:
+def walk_resource(res: dict, path: str, ctx: RecordContext, container: ResourceState | None = None) -> None:
     """Apply the profile to one resource (and, through the walk, to its contained and entry resources)."""
     rtype = res.get("resourceType")
-    if not isinstance(rtype, str) or not is_resource_type(rtype):
-        raise InputError(f"{path}: resourceType is missing or not an R4 resource type known to the R4B models")
-    state = ResourceState(rtype, _patient_of(res, ctx), set())
-    _walk_complex(res, _plan(ctx.profile, rtype, rtype, True), path, ctx, state)
+    if not isinstance(rtype, str) or not (is_resource_type(rtype) or rtype in R4_ONLY):
+        raise InputError(f"{path}: resourceType is missing or not an R4 resource type")
+    state = ResourceState(rtype, _patient_of(res, ctx), set(), container=container)
+    if rtype == "FamilyMemberHistory":
+        state.relative_age_limit = age_limit(_relative_birth(res), ctx.clock())
+    if rtype in R4_ONLY:
+        _walk_by_shape(res, rtype, rtype, True, path, ctx, state)
+    else:
+        _walk_complex(res, _plan(ctx.profile, rtype, rtype, True), path, ctx, state)
     ctx.walked.append((res, state))
 
 
+def _walk_by_shape(node: dict, owner: str, fpath: str, is_resource: bool, path: str, ctx: RecordContext,
+                   state: ResourceState) -> None:
+    """A resource type the R4B models lack (fhir_transforms/r4/shapes.py): DomainResource's elements as
+    usual; each other element's datatype told by its JSON shape, an object of no known shape walked the same way."""
+    known = _plan(ctx.profile, "DomainResource", fpath, True) if is_resource else {}
+    plan: dict[str, _Step] = {}
+    for key in list(node):
+        if key == "resourceType" or key in known:
+            continue
+        value = node[key]
+        first = value[0] if type(value) is list and value else value
+        name, sub_fpath = key.lstrip("_"), f"{fpath}.{key.lstrip('_')}"
+        if key.startswith("_"):
+            type_name = "Element"
+        elif type(first) is dict:
+            type_name = datatype_of(first) or ""
+            if not type_name:  # a backbone element: walked by shape here, passed over by _walk_complex below
+                items = value if type(value) is list else [value]
+                for i, item in enumerate(items):
+                    item_path = f"{path}.{key}[{i}]" if type(value) is list else f"{path}.{key}"
+                    if type(item) is dict:
+                        _walk_by_shape(item, owner, sub_fpath, False, item_path, ctx, state)
+                plan[key] = _Step(owner, Element(name, "BackboneElement", type(value) is list, False), None, sub_fpath,
+                                  (dict,), (dict,), (dict,))
+                continue
+        else:
+            type_name = primitive_of(first)
+        el = Element(name, type_name, type(value) is list, False)
+        rule = ctx.profile.lookup(sub_fpath, owner, is_resource, name, type_name)
+        kept = type_name in PRIMITIVE_TYPES and (rule or ctx.profile.default_primitive).method == "keep"
+        walk_into = rule is None and type_name not in PRIMITIVE_TYPES
+        shape = _shape(type_name)
+        plan[key] = _Step(owner, el, rule, sub_fpath, shape, shape if kept and not el.is_list else (),
+                          shape if kept and el.is_list else (), (type_name, sub_fpath, False) if walk_into else None,
+                          rule is not None and not el.is_list)
+    _walk_complex(node, {**known, **plan}, path, ctx, state)
+    for key, step in plan.items():  # backbone elements the rules left empty are dropped
+        if step.element.type == "BackboneElement" and key in node:
+            items = [v for v in (node[key] if type(node[key]) is list else [node[key]]) if v]
+            if not items:
+                del node[key]
+            else:
+                node[key] = items if type(node[key]) is list else items[0]
+
+
 def stamp_all(ctx: RecordContext) -> None:
-    """After text replacement: label every walked resource with what was changed in it."""
+    """After text replacement: label every walked resource with what was changed in it. A contained
+    resource's labels go to its container: R4 (dom-5) forbids security labels on contained resources."""
+    for _, state in ctx.walked:  # contained resources are walked (and listed) before their container
+        if state.container is not None:
+            state.container.labels |= state.labels
     for res, state in ctx.walked:
-        _stamp(res, state, ctx)
+        if state.container is None:
+            _stamp(res, state, ctx)
+
+
+def age_limit(birth, today: date) -> int | None:
+    """The year a person born on `birth` turned 90, if they are 90 or older on `today`; else None."""
+    if not isinstance(birth, str):
+        return None
+    try:
+        if dates.age_in_years(birth, today) < 90:
+            return None
+    except dates.DateFormatError:
+        return None  # the walk reports the malformed date where it is
+    return int(birth[:4]) + 90
+
+
+def _relative_birth(res: dict):
+    born = res.get("bornPeriod")
+    return res.get("bornDate") or (born.get("start") or born.get("end") if isinstance(born, dict) else None)
 
 
 def _patient_of(res: dict, ctx: RecordContext) -> str:
@@ -337,7 +439,7 @@ def _transform(node: dict, key: str, value, step: _Step, path: str, container, s
         raise InputError(f"{path}: expected {'a value' if el.type in PRIMITIVE_TYPES else 'an object'} of type {el.type}")
     if rule is None:
         if el.type == "Resource":
-            walk_resource(value, path, ctx)
+            walk_resource(value, path, ctx, state if key == "contained" else None)
             return value
         if type(value) is dict:
             _walk_complex(value, _plan(ctx.profile, el.type, step.fpath, False), path, ctx, state)

@@ -9,6 +9,7 @@ from fhir.resources.R4B import get_fhir_model_class
 
 from conformance import safe_harbor as leak_check
 from tests.conftest import SHARED, run_cli
+from tests.r4.r4_invariants import violations
 
 FOLDERS = ["synthea-bundles", "bulk-ndjson", "hl7-r4-examples"]
 
@@ -114,3 +115,20 @@ def test_outputs_carry_security_labels_and_key_id(outputs):
     codes = {c["code"] for c in patient["meta"]["security"]}
     assert {"REDACTED", "PSEUDED", "ABSTRED"} <= codes
     assert any(t["system"].endswith("key-id") for t in patient["meta"]["tag"])
+
+
+def _records(path) -> list[dict]:
+    text = path.read_text()
+    return [json.loads(line) for line in text.splitlines() if line.strip()] if path.suffix == ".ndjson" else [json.loads(text)]
+
+
+def test_every_output_resource_holds_the_dom_invariants(outputs):
+    # dom-2..dom-6 (contained: no nesting, referenced, no versionId/lastUpdated, no security labels; narrative
+    # kept) and no meta.profile claim, on every resource of every output
+    _, out = outputs["a"]
+    found, checked = [], 0
+    for path in input_files():
+        for given, written in zip(_records(path), _records(out / path.relative_to(SHARED / "fhir")), strict=True):
+            found += [f"{path.name}: {v}" for v in violations(written, given)]
+            checked += 1
+    assert checked > 600 and found == []
