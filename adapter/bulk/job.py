@@ -39,6 +39,7 @@ from fhir_transforms.errors import (DetectorFailed, InputError, LeakFound, Outpu
 from fhir_transforms.keys import Key, key_id_for
 from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.r4.record import Deidentifier
+from fhir_transforms.r4.walker import age_limit
 from fhir_transforms.rules import load_profile
 from text_deid.spans import KnownIdentifier
 from text_deid.stack import LlmSettings, TextStack
@@ -124,11 +125,22 @@ class PatientIndex:
             self._db.execute("PRAGMA journal_mode=OFF")
             self._db.execute("CREATE TABLE known (patient TEXT NOT NULL, sealed BLOB NOT NULL)")
             self._db.execute("CREATE INDEX known_patient ON known (patient)")
+            self._db.execute("CREATE TABLE age90 (patient TEXT PRIMARY KEY, sealed BLOB NOT NULL)")
 
     def add(self, patient: str, known: Iterable[KnownIdentifier]) -> None:
         nonce = secrets.token_bytes(12)
         plain = json.dumps(sorted([k.value, k.category] for k in known)).encode()
         self._db.execute("INSERT INTO known VALUES (?, ?)", (patient, nonce + self._aead.encrypt(nonce, plain, patient.encode())))
+
+    def add_age_limit(self, patient: str, year: int) -> None:
+        """A patient aged 90 or more: the year they turned 90, so every file's resources of theirs follow the rule."""
+        nonce = secrets.token_bytes(12)
+        sealed = nonce + self._aead.encrypt(nonce, str(year).encode(), b"age90|" + patient.encode())
+        self._db.execute("INSERT OR REPLACE INTO age90 VALUES (?, ?)", (patient, sealed))
+
+    def age_limit(self, patient: str) -> int | None:
+        row = self._db.execute("SELECT sealed FROM age90 WHERE patient = ?", (patient,)).fetchone()
+        return int(self._aead.decrypt(row[0][:12], row[0][12:], b"age90|" + patient.encode())) if row else None
 
     def commit(self) -> None:
         self._db.commit()
@@ -240,6 +252,8 @@ def _index_person(line: bytes, rel: str, n: int, index: PatientIndex, engine: De
     if not isinstance(patient, str) or not patient:
         return
     engine.validate = _validates(validate, rel, n)
+    if res["resourceType"] == "Patient" and (limit := age_limit(res.get("birthDate"), engine.clock())) is not None:
+        index.add_age_limit(engine.pseudo.resource_id(patient), limit)
     try:
         known = engine.deidentify(res, f"{rel}: line {n}").known
     except (InputError, RecordRefused):  # reported in pass 2; its structured identifiers still protect the notes
@@ -307,6 +321,7 @@ class Worker:
     def __post_init__(self) -> None:
         # a patient's resources sit together in a file: most lookups are of the few patients seen last
         self.linked_known = lru_cache(maxsize=4096)(self._linked_known)
+        self.linked_age_limit = lru_cache(maxsize=4096)(self._linked_age_limit)
 
     @classmethod
     def from_settings(cls, settings: Settings, stack: TextStack | None = None) -> "Worker":
@@ -316,6 +331,10 @@ class Worker:
     def _linked_known(self, patient: str) -> tuple[KnownIdentifier, ...]:
         """The known identifiers pass 1 indexed for the patient with this (clear) id."""
         return self.index.lookup(self.engine.pseudo.resource_id(patient))
+
+    def _linked_age_limit(self, patient: str) -> int | None:
+        """The year the patient with this (clear) id turned 90, if pass 1 found them aged 90 or more."""
+        return self.index.age_limit(self.engine.pseudo.resource_id(patient))
 
 
 def process_chunk(root: Path, chunk: Chunk, worker: Worker) -> tuple[bytes, dict]:
@@ -338,13 +357,14 @@ def process_chunk(root: Path, chunk: Chunk, worker: Worker) -> tuple[bytes, dict
         if not isinstance(res, dict) or not isinstance(res.get("resourceType"), str):
             refusals.append([n, None, "invalid-json" if res is None else "not-a-resource"])
             continue
-        linked = [k for p in sorted(linked_patients(res, line) | ({res.get("id")} - {None}))
-                  for k in worker.linked_known(p)]
+        patients = sorted(linked_patients(res, line) | ({res.get("id")} - {None}))
+        linked = [k for p in patients for k in worker.linked_known(p)]
+        age_limits = {p: year for p in patients if (year := worker.linked_age_limit(p)) is not None}
         engine.validate = _validates(worker.validate, chunk.file, n)
         where = f"{chunk.file}: line {n}"
         rtype, input_id = res["resourceType"], res.get("id")  # read before the record is de-identified in place
         try:
-            result = engine.deidentify(res, where, linked, consume=True)
+            result = engine.deidentify(res, where, linked, consume=True, linked_age_limits=age_limits)
         except (InputError, RecordRefused) as e:
             rid = engine.pseudo.resource_id(input_id) if isinstance(input_id, str) and input_id else None
             refusals.append([n, rid, refusal_reason(e)])

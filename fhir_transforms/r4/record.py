@@ -8,7 +8,7 @@ import base64
 import marshal
 from dataclasses import dataclass, field
 from datetime import date
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Mapping
 
 from pydantic import ValidationError
 
@@ -65,11 +65,13 @@ class Deidentifier:
     validate: bool = True
 
     def deidentify(self, resource: dict, path: str = "", linked: Iterable[KnownIdentifier] = (), *,
-                   consume: bool = False) -> RecordResult:
+                   consume: bool = False, linked_age_limits: Mapping[str, int] | None = None) -> RecordResult:
         """The de-identified copy of `resource`, or InputError / RecordRefused; never a partial result.
 
         `linked`: known identifiers of people the record points at but does not hold (a bulk export's
         Patient, read from another file), masked in its text and checked by the leak guard like its own.
+        `linked_age_limits`: for patients the record points at but does not hold, aged 90 or more, the year each
+        turned 90 (patient id → year): their dates in this record follow the 90+ rule as if the Patient were here.
         `consume`: `resource` comes straight from json.loads (so it holds only JSON's own types, and no
         object twice) and the caller gives it up: it is de-identified in place instead of copied, and
         whatever the outcome, only its resourceType may be read afterwards.
@@ -85,6 +87,7 @@ class Deidentifier:
         patients = [r.get("id") for r in members if r.get("resourceType") == "Patient" and r.get("id")]
         ctx = RecordContext(self.profile, self.pseudo, self.clock, patients[0] if len(patients) == 1 else None)
         today = self.clock()
+        ctx.age_limits.update(linked_age_limits or {})
         for r in members:
             if r.get("resourceType") == "Patient" and (limit := age_limit(r.get("birthDate"), today)) is not None:
                 ctx.age_limits[r.get("id") or ""] = limit

@@ -20,6 +20,7 @@ import pytest
 from adapter.bulk.job import SUMMARY_NAME, WORK_DIR, linked_patients
 from fhir_transforms.keys import Key, key_id_for
 from fhir_transforms.pseudonym import Pseudonymizer
+from fhir_transforms.r4.walker import age_limit
 from tests.support import SAMPLE, TODAY, assert_same_tree, reference_output, refusing_export, run_bulk
 from tests.conftest import ROOT, TEST_SECRET
 
@@ -108,16 +109,22 @@ def test_linked_patients_of_every_sample_resource_agree():
 def test_one_patient_shifts_by_one_offset_in_every_file(tmp_path):
     out = run_bulk(tmp_path / "out", profile="longitudinal", workers=2)
     patients = {p["id"] for p in ndjson(SAMPLE / "Patient.000.ndjson")}
-    starts = {"Encounter": lambda r: r["period"]["start"], "Condition": lambda r: r["onsetDateTime"],
-              "DocumentReference": lambda r: r["context"]["period"]["start"]}
+    over_90 = {p["id"]: age_limit(p.get("birthDate"), date.fromisoformat(TODAY))
+               for p in ndjson(SAMPLE / "Patient.000.ndjson")}
+    starts = {"Encounter": lambda r: r["period"].get("start"), "Condition": lambda r: r.get("onsetDateTime"),
+              "DocumentReference": lambda r: r["context"]["period"].get("start")}
     shifts: dict[str, set[int]] = {}
     for name, start in starts.items():
         for r_in, r_out in zip(ndjson(SAMPLE / f"{name}.000.ndjson"), ndjson(out / f"{name}.000.ndjson")):
             patient = r_in["subject"]["reference"].split("/")[1]
+            if start(r_out) is None:  # removed by the 90+ rule: in or before the year the patient turned 90
+                assert over_90[patient] and int(start(r_in)[:4]) <= over_90[patient]
+                shifts.setdefault(patient, set())
+                continue
             days = (date.fromisoformat(start(r_out)[:10]) - date.fromisoformat(start(r_in)[:10])).days
             shifts.setdefault(patient, set()).add(days)
     assert set(shifts) == patients
-    assert all(days == {PSEUDO.day_offset(p)} for p, days in shifts.items())
+    assert all(days <= {PSEUDO.day_offset(p)} for p, days in shifts.items())
     assert len({PSEUDO.day_offset(p) for p in patients}) > 1
 
 
@@ -211,3 +218,25 @@ def test_killed_at_random_points_and_resumed_writes_the_same_bytes(reference, tm
     assert done.returncode == 0, done.stderr
     assert "resuming" in done.stderr
     assert_same_tree(out, reference, f"(seed {seed}, killed after {kills} journaled chunks)")
+
+
+def test_a_90_plus_patient_from_another_file_loses_the_years_that_tell_their_age(tmp_path):
+    """Issue #20: in a bulk export the Patient and their Encounters sit in different files; pass 1 tells pass 2
+    the year a 90+ patient turned 90, so an Encounter dated in or before it loses its year too (a later one keeps
+    its year), exactly as in a bundle that holds the Patient."""
+    export = tmp_path / "export"
+    export.mkdir()
+    old = {"resourceType": "Patient", "id": "p-old", "birthDate": "1931-05-02", "name": [{"family": "Quarrington"}]}
+    young = {"resourceType": "Patient", "id": "p-young", "birthDate": "1980-05-02"}
+    (export / "Patient.000.ndjson").write_text(json.dumps(old) + "\n" + json.dumps(young) + "\n")
+    encounters = [{"resourceType": "Encounter", "id": f"e{n}", "status": "finished",
+                   "class": {"system": "http://terminology.hl7.org/CodeSystem/v3-ActCode", "code": "AMB"},
+                   "subject": {"reference": f"Patient/{who}"}, "period": {"start": start}}
+                  for n, (who, start) in enumerate([("p-old", "2015-03-04"), ("p-old", "2025-06-07"),
+                                                    ("p-young", "2015-03-04")])]
+    (export / "Encounter.000.ndjson").write_text("".join(json.dumps(e) + "\n" for e in encounters))
+    out = run_bulk(tmp_path / "out", root=export)
+    starts = [e.get("period", {}).get("start") for e in ndjson(out / "Encounter.000.ndjson")]
+    # 1931 + 90 = 2021: the 2015 encounter of the 94-year-old tells their age; 2025 and the young patient's keep a year
+    assert starts == [None, "2025", "2015"]
+    assert "Quarrington" not in (out / "Encounter.000.ndjson").read_text()
