@@ -30,8 +30,11 @@ from fhir_transforms.hl7v2.rules import load_hl7_profile
 TEXT_PAYLOAD_SUBTYPES = ("PLAIN", "TEXT", "RTF", "HTML", "XML", "CDA", "X-HL7-CDA-LEVEL-ONE", "SGML", "JSON", "X-RTF")
 # datatypes whose values `_record` turns into known identifiers for the text stack and the leak guard
 RECORDED_TYPES = frozenset({"XPN", "XCN", "PPN", "NDL", "XAD", "XTN", "CX"})
-DIGIT_RUN_RE = re.compile(r"\d{10}")  # the shortest date with a time a kept value may hide
+# what a kept value must hold to hide a date with a time or an offset (`is_calendar_dtm(..., with_time=True)`)
+DATE_TIME_RE = re.compile(r"\d{10}|\d{8}[+-]\d{4}")
 LEAF_SEPARATOR = "\x00"  # between leaves in the leak guard's view of a field: no known form spans two leaves
+OBX_AGE = Rule(method="age90", options={"value": "age"})  # OBX-5 of a numeric age observation
+OBX_TEXT = Rule(method="text")  # OBX-5 of a value type the profile does not list
 
 
 @dataclass
@@ -70,6 +73,8 @@ class MessageWalk:
         self.checked_fields: list[tuple[er7.Segment, int, str]] = []  # whole kept fields, checked the same way
         self._open_note: tuple[str, Note] | None = None
         self._fields: list[tuple[er7.Segment, int, list]] = []
+        self._cleared: list[tuple[er7.Segment, int, str]] = []  # fields whose rule empties every leaf
+        self._separators = frozenset((self.d.repetition, self.d.component, self.d.subcomponent))
 
     # --- segments and fields
     def run(self) -> None:
@@ -81,9 +86,14 @@ class MessageWalk:
                 if not raw or raw == '""':
                     continue
                 rule = self._rule(seg, n)
-                if rule.method == "keep" and not (rule.options.get("checked") and DIGIT_RUN_RE.search(raw)):
-                    if rule.options.get("checked"):  # no date-time in it: checked whole, split only on a hit
+                kept = self._resolve(rule)  # a datatype (ID, NM...) whose rule is `keep` is kept the same
+                if (isinstance(kept, Rule) and kept.method == "keep"
+                        and not (kept.options.get("checked") and DATE_TIME_RE.search(raw))):
+                    if kept.options.get("checked"):  # no date-time in it: checked whole, split only on a hit
                         self.checked_fields.append((seg, n, raw))
+                    continue
+                if self._clears(rule):  # every leaf emptied: only the separators stay
+                    self._cleared.append((seg, n, "".join(ch for ch in raw if ch in self._separators)))
                     continue
                 where = f"{seg.sid}[{k}]-{n}"
                 f = er7.split_field(raw, self.d)
@@ -95,7 +105,9 @@ class MessageWalk:
         """Write every transformed field back into its segment (after the text stack wrote its notes)."""
         for seg, n, f in self._fields:
             seg.set(n, er7.join_field(f, self.d))
-        self._fields = []
+        for seg, n, raw in self._cleared:
+            seg.set(n, raw)
+        self._fields, self._cleared = [], []
         if self.message.segments[0].sid == "MSH":
             self._stamp(self.message.segments[0])
 
@@ -104,10 +116,25 @@ class MessageWalk:
             vtype = self._decoded(seg.get(2).split(self.d.component)[0]).strip().upper()
             code = self._decoded(seg.get(3).split(self.d.component)[0]).strip()
             if vtype == "NM" and code in self.profile.observation_ages:
-                return Rule(method="age90", options={"value": "age"})
+                return OBX_AGE
             ov = self.profile.observation_values
-            return ov.get(vtype) or ov.get("default") or Rule(method="text")
+            return ov.get(vtype) or ov.get("default") or OBX_TEXT
         return self.profile.rule(seg.sid, n, self.version)
+
+    def _clears(self, rule: Rule) -> bool:
+        """Whether a field rule empties every leaf and records nothing: a plain `remove`, or a datatype
+        (not one `_record` reads) whose every component is one. Worked out once per rule object."""
+        cache = self.deid._clears
+        found = cache.get(id(rule), (None, None))[1]
+        if found is None:
+            target = self._resolve(rule)
+            if isinstance(target, Datatype):
+                found = (target.name not in RECORDED_TYPES and not target.components
+                         and _plain_remove(self._resolve(target.default)))
+            else:
+                found = _plain_remove(target)
+            cache[id(rule)] = (rule, found)  # the rule held: its id is never another's
+        return found
 
     def _birth_days_over_89(self) -> set[str]:
         """Full birth dates (PID-7) of patients aged 90 or more: the same date anywhere else is removed too."""
@@ -461,6 +488,8 @@ class HL7Deidentifier:
     pseudo: Pseudonymizer
     stack: TextStack
     clock: Callable[[], date] = dates.today
+    # field rules (by identity: the profile's own objects) that empty every leaf, worked out once
+    _clears: dict[int, tuple[Rule, bool]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @classmethod
     def from_names(cls, profile: str, pseudo: Pseudonymizer, stack: TextStack,
@@ -519,6 +548,10 @@ class HL7Deidentifier:
             except RuntimeError as e:
                 raise RecordRefused(f"{where}: {e} (a bug; nothing written)") from None
         return out
+
+
+def _plain_remove(target: Rule | Datatype) -> bool:
+    return isinstance(target, Rule) and target.method == "remove" and "category" not in target.options
 
 
 def _value_and_category(k: KnownIdentifier) -> tuple[str, str]:
