@@ -168,7 +168,10 @@ class MessageWalk:
                 self._record(target.name, [[self._decoded(s) for s in c] for c in rep], where)
             for i, comp in enumerate(rep, 1):
                 self.component(target.components.get(i, target.default), comp, f"{where}.{i}", target.name, rep, seg)
-        else:
+        elif _plain_remove(target):
+            for comp in rep:
+                comp[:] = [""] * len(comp)
+        elif not _plain_keep(target):
             self.method(target, [leaf for comp in rep for leaf in [(comp, j) for j in range(len(comp))]], where,
                         rule.type, rep, seg)
 
@@ -183,7 +186,9 @@ class MessageWalk:
                     sub = Rule(method="remove")  # no datatype nests below a subcomponent
                 self.method(sub, [(comp, i)], f"{where}.{i + 1}", target.name, [[s] for s in comp], seg,
                             container=comp)
-        else:
+        elif _plain_remove(target):  # most components: emptied, or kept as they are, with nothing to record
+            comp[:] = [""] * len(comp)
+        elif not _plain_keep(target):
             self.method(target, [(comp, j) for j in range(len(comp))], where, owner, rep, seg)
 
     def method(self, rule: Rule, leaves: list[tuple[list[str], int]], where: str, owner: str | None, rep, seg,
@@ -552,6 +557,10 @@ class HL7Deidentifier:
 
 def _plain_remove(target: Rule | Datatype) -> bool:
     return isinstance(target, Rule) and target.method == "remove" and "category" not in target.options
+
+
+def _plain_keep(target: Rule | Datatype) -> bool:
+    return isinstance(target, Rule) and target.method == "keep" and not target.options.get("checked")
 
 
 def _value_and_category(k: KnownIdentifier) -> tuple[str, str]:
