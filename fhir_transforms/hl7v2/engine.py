@@ -215,8 +215,12 @@ class MessageWalk:
         ids = {k.value.strip().casefold() for k in self.known
                if k.category not in ("DATE", "NAME", "GEOGRAPHIC_LOCATION") and len(k.value.strip()) >= 3}
         # whole fields first, split only those that may hold an identifier (most hold none)
-        texts = [raw.translate(er7.leaf_separators(self.d, LEAF_SEPARATOR)) for _, _, raw in self.checked_fields]
-        suspect = {i for i, t in enumerate(texts) if self.d.escape in t or any(x in t.casefold() for x in ids)}
+        to_separator = er7.leaf_separators(self.d, LEAF_SEPARATOR)
+        texts = [raw.translate(to_separator) for _, _, raw in self.checked_fields]
+        folded = [t.casefold() for t in texts]
+        everything = "\n".join(folded)
+        present = [x for x in ids if x in everything]  # most messages: none, and no field is read for each id
+        suspect = {i for i, t in enumerate(folded) if self.d.escape in t or any(x in t for x in present)}
         if texts and not leak_guard.clean(texts, guarded):
             suspect |= {int(leak.path) for leak in leak_guard.scan(((str(i), t) for i, t in enumerate(texts)), guarded)}
         for i in sorted(suspect):
