@@ -115,11 +115,16 @@ class MessageWalk:
         if seg.sid == "OBX" and n == 5:
             vtype = self._decoded(seg.get(2).split(self.d.component)[0]).strip().upper()
             code = self._decoded(seg.get(3).split(self.d.component)[0]).strip()
-            if vtype == "NM" and code in self.profile.observation_ages:
+            if vtype == "NM" and (code in self.profile.observation_ages or self._in_years(seg)):
                 return OBX_AGE
             ov = self.profile.observation_values
             return ov.get(vtype) or ov.get("default") or OBX_TEXT
         return self.profile.rule(seg.sid, n, self.version)
+
+    def _in_years(self, seg: er7.Segment) -> bool:
+        """OBX-6 names years (UCUM `a`, or a text unit such as `yr`, `years`): a number in years is ruled as an age."""
+        units = [self._decoded(c).strip().casefold() for c in seg.get(6).split(self.d.component)[:2]]
+        return any(u in self.profile.observation_age_units for u in units if u)
 
     def _clears(self, rule: Rule) -> bool:
         """Whether a field rule empties every leaf and records nothing: a plain `remove`, or a datatype
