@@ -591,21 +591,23 @@ def _output_strings(message: er7.Message, profile: HL7Profile, version: str,
     on another date of the same message)."""
     d = message.delimiters
     to_separator = er7.leaf_separators(d, LEAF_SEPARATOR)
-    skip_components = profile.leak_guard_skip_components if skip_codes else {}
     written_in: dict[int, set[str]] = {}
     for k, value in written_dates:
         written_in.setdefault(k, set()).add(value)
     for k, seg in enumerate(message.segments, 1):
         written = written_in.get(k, frozenset())
         for n, raw in _fields(seg):
-            if not raw or f"{seg.sid}.{n}" in profile.leak_guard_skip:
+            if not raw:
                 continue
+            skipped, skip = profile.guard_reading(seg.sid, n, version)
+            if skipped:
+                continue
+            skip = skip if skip_codes else None
             path = f"{seg.sid}[{k}]-{n}"
             ed_field = seg.sid == "OBX" and n == 5 and seg.get(2).upper().startswith("ED")
-            skip = skip_components.get(profile.datatype_of(seg.sid, n, version) or "")
             if skip and raw.count(d.component) < min(skip) - 1:
                 skip = None  # no component to skip: read the field as it stands
-            if d.escape not in raw and not ed_field and not skip and not written:
+            if d.escape not in raw and not ed_field and not skip and not any(w in raw for w in written):
                 yield path, raw.translate(to_separator)  # nothing to unescape: the raw text between separators
                 continue
             leaves = [er7.decode(s, d)[0] for r in er7.split_field(raw, d)
