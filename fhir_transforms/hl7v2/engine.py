@@ -172,7 +172,11 @@ class MessageWalk:
             if target.name in RECORDED_TYPES:
                 self._record(target.name, [[self._decoded(s) for s in c] for c in rep], where)
             for i, comp in enumerate(rep, 1):
-                self.component(target.components.get(i, target.default), comp, f"{where}.{i}", target.name, rep, seg)
+                sub = self._resolve(target.components.get(i, target.default))
+                if _plain_remove(sub):  # most components: emptied, or kept as they are, with nothing to record
+                    comp[:] = [""] * len(comp)
+                elif not _plain_keep(sub):
+                    self.component(sub, comp, f"{where}.{i}", target.name, rep, seg)
         elif _plain_remove(target):
             for comp in rep:
                 comp[:] = [""] * len(comp)
@@ -180,8 +184,8 @@ class MessageWalk:
             self.method(target, [leaf for comp in rep for leaf in [(comp, j) for j in range(len(comp))]], where,
                         rule.type, rep, seg)
 
-    def component(self, rule: Rule, comp: list[str], where: str, owner: str, rep, seg) -> None:
-        target = self._resolve(rule)
+    def component(self, target: Rule | Datatype, comp: list[str], where: str, owner: str, rep, seg) -> None:
+        """One component by its resolved rule: a method, or a datatype whose parts are subcomponents."""
         if isinstance(target, Datatype):
             if target.name in RECORDED_TYPES:
                 self._record(target.name, [[self._decoded(s)] for s in comp], where)
@@ -191,9 +195,7 @@ class MessageWalk:
                     sub = Rule(method="remove")  # no datatype nests below a subcomponent
                 self.method(sub, [(comp, i)], f"{where}.{i + 1}", target.name, [[s] for s in comp], seg,
                             container=comp)
-        elif _plain_remove(target):  # most components: emptied, or kept as they are, with nothing to record
-            comp[:] = [""] * len(comp)
-        elif not _plain_keep(target):
+        else:
             self.method(target, [(comp, j) for j in range(len(comp))], where, owner, rep, seg)
 
     def method(self, rule: Rule, leaves: list[tuple[list[str], int]], where: str, owner: str | None, rep, seg,
