@@ -817,14 +817,14 @@ class MllpListener:
 
     async def _accept(self, header: Header, decoded: er7.Decoded, cid: int = 0, number: int = 0) -> str:
         out = await self.engine(decoded.text)
-        try:
-            body = out.encode(decoded.codec)
+        try:  # in the character set the output's MSH-18 names (the engine made it one that holds the text)
+            body, codec = er7.encode(out), er7.output_codec(out)
         except UnicodeEncodeError:
             raise InputError("the de-identified message cannot be written in its MSH-18 character set") from None
         out_control_id = parse_header(out).control_id
         # resends are recognized by the output's control id, a keyed pseudonym of (sender, MSH-10): the
         # store never holds the sender's own id
-        incoming = Incoming(header.sender, header.control_id and out_control_id, out_control_id, decoded.codec, body,
+        incoming = Incoming(header.sender, header.control_id and out_control_id, out_control_id, codec, body,
                             content_digest(header, decoded.text))
         if self.audit is not None:  # durable before the message is queued and ACKed; a failure NAKs (AR)
             outcome = await self.audit.submit(AuditEvent(self._peer(cid), decoded.text, output=out), incoming)

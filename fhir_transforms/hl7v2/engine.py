@@ -30,8 +30,11 @@ from fhir_transforms.hl7v2.rules import load_hl7_profile
 TEXT_PAYLOAD_SUBTYPES = ("PLAIN", "TEXT", "RTF", "HTML", "XML", "CDA", "X-HL7-CDA-LEVEL-ONE", "SGML", "JSON", "X-RTF")
 # datatypes whose values `_record` turns into known identifiers for the text stack and the leak guard
 RECORDED_TYPES = frozenset({"XPN", "XCN", "PPN", "NDL", "XAD", "XTN", "CX"})
-DIGIT_RUN_RE = re.compile(r"\d{10}")  # the shortest date with a time a kept value may hide
+# what a kept value must hold to hide a date with a time or an offset (`is_calendar_dtm(..., with_time=True)`)
+DATE_TIME_RE = re.compile(r"\d{10}|\d{8}[+-]\d{4}")
 LEAF_SEPARATOR = "\x00"  # between leaves in the leak guard's view of a field: no known form spans two leaves
+OBX_AGE = Rule(method="age90", options={"value": "age"})  # OBX-5 of a numeric age observation
+OBX_TEXT = Rule(method="text")  # OBX-5 of a value type the profile does not list
 
 
 @dataclass
@@ -70,6 +73,8 @@ class MessageWalk:
         self.checked_fields: list[tuple[er7.Segment, int, str]] = []  # whole kept fields, checked the same way
         self._open_note: tuple[str, Note] | None = None
         self._fields: list[tuple[er7.Segment, int, list]] = []
+        self._cleared: list[tuple[er7.Segment, int, str]] = []  # fields whose rule empties every leaf
+        self._separators = frozenset((self.d.repetition, self.d.component, self.d.subcomponent))
 
     # --- segments and fields
     def run(self) -> None:
@@ -81,9 +86,14 @@ class MessageWalk:
                 if not raw or raw == '""':
                     continue
                 rule = self._rule(seg, n)
-                if rule.method == "keep" and not (rule.options.get("checked") and DIGIT_RUN_RE.search(raw)):
-                    if rule.options.get("checked"):  # no date-time in it: checked whole, split only on a hit
+                kept = self._resolve(rule)  # a datatype (ID, NM...) whose rule is `keep` is kept the same
+                if (isinstance(kept, Rule) and kept.method == "keep"
+                        and not (kept.options.get("checked") and DATE_TIME_RE.search(raw))):
+                    if kept.options.get("checked"):  # no date-time in it: checked whole, split only on a hit
                         self.checked_fields.append((seg, n, raw))
+                    continue
+                if self._clears(rule):  # every leaf emptied: only the separators stay
+                    self._cleared.append((seg, n, "".join(ch for ch in raw if ch in self._separators)))
                     continue
                 where = f"{seg.sid}[{k}]-{n}"
                 f = er7.split_field(raw, self.d)
@@ -95,7 +105,9 @@ class MessageWalk:
         """Write every transformed field back into its segment (after the text stack wrote its notes)."""
         for seg, n, f in self._fields:
             seg.set(n, er7.join_field(f, self.d))
-        self._fields = []
+        for seg, n, raw in self._cleared:
+            seg.set(n, raw)
+        self._fields, self._cleared = [], []
         if self.message.segments[0].sid == "MSH":
             self._stamp(self.message.segments[0])
 
@@ -103,11 +115,31 @@ class MessageWalk:
         if seg.sid == "OBX" and n == 5:
             vtype = self._decoded(seg.get(2).split(self.d.component)[0]).strip().upper()
             code = self._decoded(seg.get(3).split(self.d.component)[0]).strip()
-            if vtype == "NM" and code in self.profile.observation_ages:
-                return Rule(method="age90", options={"value": "age"})
+            if vtype == "NM" and (code in self.profile.observation_ages or self._in_years(seg)):
+                return OBX_AGE
             ov = self.profile.observation_values
-            return ov.get(vtype) or ov.get("default") or Rule(method="text")
+            return ov.get(vtype) or ov.get("default") or OBX_TEXT
         return self.profile.rule(seg.sid, n, self.version)
+
+    def _in_years(self, seg: er7.Segment) -> bool:
+        """OBX-6 names years (UCUM `a`, or a text unit such as `yr`, `years`): a number in years is ruled as an age."""
+        units = [self._decoded(c).strip().casefold() for c in seg.get(6).split(self.d.component)[:2]]
+        return any(u in self.profile.observation_age_units for u in units if u)
+
+    def _clears(self, rule: Rule) -> bool:
+        """Whether a field rule empties every leaf and records nothing: a plain `remove`, or a datatype
+        (not one `_record` reads) whose every component is one. Worked out once per rule object."""
+        cache = self.deid._clears
+        found = cache.get(id(rule), (None, None))[1]
+        if found is None:
+            target = self._resolve(rule)
+            if isinstance(target, Datatype):
+                found = (target.name not in RECORDED_TYPES and not target.components
+                         and _plain_remove(self._resolve(target.default)))
+            else:
+                found = _plain_remove(target)
+            cache[id(rule)] = (rule, found)  # the rule held: its id is never another's
+        return found
 
     def _birth_days_over_89(self) -> set[str]:
         """Full birth dates (PID-7) of patients aged 90 or more: the same date anywhere else is removed too."""
@@ -140,13 +172,20 @@ class MessageWalk:
             if target.name in RECORDED_TYPES:
                 self._record(target.name, [[self._decoded(s) for s in c] for c in rep], where)
             for i, comp in enumerate(rep, 1):
-                self.component(target.components.get(i, target.default), comp, f"{where}.{i}", target.name, rep, seg)
-        else:
+                sub = self._resolve(target.components.get(i, target.default))
+                if _plain_remove(sub):  # most components: emptied, or kept as they are, with nothing to record
+                    comp[:] = [""] * len(comp)
+                elif not _plain_keep(sub):
+                    self.component(sub, comp, f"{where}.{i}", target.name, rep, seg)
+        elif _plain_remove(target):
+            for comp in rep:
+                comp[:] = [""] * len(comp)
+        elif not _plain_keep(target):
             self.method(target, [leaf for comp in rep for leaf in [(comp, j) for j in range(len(comp))]], where,
                         rule.type, rep, seg)
 
-    def component(self, rule: Rule, comp: list[str], where: str, owner: str, rep, seg) -> None:
-        target = self._resolve(rule)
+    def component(self, target: Rule | Datatype, comp: list[str], where: str, owner: str, rep, seg) -> None:
+        """One component by its resolved rule: a method, or a datatype whose parts are subcomponents."""
         if isinstance(target, Datatype):
             if target.name in RECORDED_TYPES:
                 self._record(target.name, [[self._decoded(s)] for s in comp], where)
@@ -183,8 +222,12 @@ class MessageWalk:
         ids = {k.value.strip().casefold() for k in self.known
                if k.category not in ("DATE", "NAME", "GEOGRAPHIC_LOCATION") and len(k.value.strip()) >= 3}
         # whole fields first, split only those that may hold an identifier (most hold none)
-        texts = [raw.translate(er7.leaf_separators(self.d, LEAF_SEPARATOR)) for _, _, raw in self.checked_fields]
-        suspect = {i for i, t in enumerate(texts) if self.d.escape in t or any(x in t.casefold() for x in ids)}
+        to_separator = er7.leaf_separators(self.d, LEAF_SEPARATOR)
+        texts = [raw.translate(to_separator) for _, _, raw in self.checked_fields]
+        folded = [t.casefold() for t in texts]
+        everything = "\n".join(folded)
+        present = [x for x in ids if x in everything]  # most messages: none, and no field is read for each id
+        suspect = {i for i, t in enumerate(folded) if self.d.escape in t or any(x in t for x in present)}
         if texts and not leak_guard.clean(texts, guarded):
             suspect |= {int(leak.path) for leak in leak_guard.scan(((str(i), t) for i, t in enumerate(texts)), guarded)}
         for i in sorted(suspect):
@@ -461,6 +504,8 @@ class HL7Deidentifier:
     pseudo: Pseudonymizer
     stack: TextStack
     clock: Callable[[], date] = dates.today
+    # field rules (by identity: the profile's own objects) that empty every leaf, worked out once
+    _clears: dict[int, tuple[Rule, bool]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @classmethod
     def from_names(cls, profile: str, pseudo: Pseudonymizer, stack: TextStack,
@@ -521,6 +566,14 @@ class HL7Deidentifier:
         return out
 
 
+def _plain_remove(target: Rule | Datatype) -> bool:
+    return isinstance(target, Rule) and target.method == "remove" and "category" not in target.options
+
+
+def _plain_keep(target: Rule | Datatype) -> bool:
+    return isinstance(target, Rule) and target.method == "keep" and not target.options.get("checked")
+
+
 def _value_and_category(k: KnownIdentifier) -> tuple[str, str]:
     return k.value, k.category  # KnownIdentifier's own order, without its generated __lt__
 
@@ -540,21 +593,23 @@ def _output_strings(message: er7.Message, profile: HL7Profile, version: str,
     on another date of the same message)."""
     d = message.delimiters
     to_separator = er7.leaf_separators(d, LEAF_SEPARATOR)
-    skip_components = profile.leak_guard_skip_components if skip_codes else {}
     written_in: dict[int, set[str]] = {}
     for k, value in written_dates:
         written_in.setdefault(k, set()).add(value)
     for k, seg in enumerate(message.segments, 1):
         written = written_in.get(k, frozenset())
         for n, raw in _fields(seg):
-            if not raw or f"{seg.sid}.{n}" in profile.leak_guard_skip:
+            if not raw:
                 continue
+            skipped, skip = profile.guard_reading(seg.sid, n, version)
+            if skipped:
+                continue
+            skip = skip if skip_codes else None
             path = f"{seg.sid}[{k}]-{n}"
             ed_field = seg.sid == "OBX" and n == 5 and seg.get(2).upper().startswith("ED")
-            skip = skip_components.get(profile.datatype_of(seg.sid, n, version) or "")
             if skip and raw.count(d.component) < min(skip) - 1:
                 skip = None  # no component to skip: read the field as it stands
-            if d.escape not in raw and not ed_field and not skip and not written:
+            if d.escape not in raw and not ed_field and not skip and not any(w in raw for w in written):
                 yield path, raw.translate(to_separator)  # nothing to unescape: the raw text between separators
                 continue
             leaves = [er7.decode(s, d)[0] for r in er7.split_field(raw, d)

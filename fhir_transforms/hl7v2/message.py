@@ -348,10 +348,18 @@ def fit_charset(message: Message) -> None:
 def encode(text: str) -> bytes:
     """ER7 output as bytes: each message in the character set its MSH-18 names (after `fit_charset`),
     envelope segments in the one of the message before them (else UTF-8)."""
-    out, codec, d = [], "utf-8", Delimiters()
+    out, codec = [], "utf-8"
     for line in text.split("\r"):
         if line.startswith("MSH") and len(line) >= 8:
-            d = Delimiters.from_header(line)
-            codec = message_codec(Segment("MSH", line.split(d.field)), d)
+            codec = output_codec(line)
         out.append(line.encode(codec))
     return b"\r".join(out)
+
+
+def output_codec(text: str) -> str:
+    """The codec `encode` writes a text's first segment in when it is an MSH: the one its MSH-18 names, else UTF-8."""
+    line = text.split("\r", 1)[0]
+    if not (line.startswith("MSH") and len(line) >= 8):
+        return "utf-8"
+    d = Delimiters.from_header(line)
+    return message_codec(Segment("MSH", line.split(d.field)), d)

@@ -118,6 +118,7 @@ class HL7Profile:
     unlisted_datatype: Rule
     observation_values: dict[str, Rule]
     observation_ages: frozenset[str]
+    observation_age_units: frozenset[str]
     narrative_types: frozenset[str]
     identifier_remove_types: frozenset[str]
     identifier_categories: dict[str, str]
@@ -128,6 +129,7 @@ class HL7Profile:
     # lookups repeat for every field of every message: each answer is worked out once
     _rules: dict[tuple[str, str, int], Rule] = field(default_factory=dict, repr=False)
     _resolved: dict[Rule, Rule | Datatype] = field(default_factory=dict, repr=False)  # by datatype name
+    _guard: dict[tuple[str, str, int], tuple[bool, frozenset[int] | None]] = field(default_factory=dict, repr=False)
 
     def rule(self, sid: str, n: int, version: str) -> Rule:
         """The rule for field `n` of segment `sid` in a standard version: listed in `fields`, else its
@@ -148,6 +150,16 @@ class HL7Profile:
         """The datatype a field's rule names, else the standard's (the leak guard skips by it)."""
         listed = self.fields.get(f"{sid}.{n}")
         return listed.type if listed is not None and listed.type else field_type(version, sid, n)
+
+    def guard_reading(self, sid: str, n: int, version: str) -> tuple[bool, frozenset[int] | None]:
+        """How the leak guard reads field `n` of `sid`: (skipped whole, the components it skips when it skips
+        coding systems and HD parts, else None)."""
+        found = self._guard.get((version, sid, n))
+        if found is None:
+            found = (f"{sid}.{n}" in self.leak_guard_skip,
+                     self.leak_guard_skip_components.get(self.datatype_of(sid, n, version) or ""))
+            self._guard[(version, sid, n)] = found
+        return found
 
     def datatype(self, name: str) -> Rule | Datatype:
         try:
@@ -226,6 +238,7 @@ def load_hl7_profile(name: str) -> HL7Profile:
         observation_values={k: _rule(v, f"{name}: observation_values.{k}", names)
                             for k, v in doc.get("observation_values", {}).items()},
         observation_ages=frozenset(doc.get("observation_ages", [])),
+        observation_age_units=frozenset(str(u).casefold() for u in doc.get("observation_age_units", [])),
         narrative_types=frozenset(doc.get("narrative_types", ["TX", "FT", "ST"])),
         identifier_remove_types=frozenset(ids.get("remove_types", [])),
         identifier_categories=dict(ids.get("categories", {})),

@@ -193,3 +193,12 @@ def _leaves(raw: str, d: er7.Delimiters):
         for c in r:
             for s in c:
                 yield er7.decode(s, d)[0]
+
+
+@pytest.mark.parametrize("unit, value, expected", [
+    ("a^year^UCUM", "95", "90"), ("yrs", "90", "90"), ("^Years", "104.5", "90"), ("a^year^UCUM", "45", "45"),
+    ("mg/dL^milligrams per deciliter^UCUM", "95", "95")])
+def test_nm_observation_in_years_is_an_age(deid, unit, value, expected):
+    """An NM observation whose unit is years is an age whatever its code: 90 and over becomes 90."""
+    out = deid.deidentify(msg("2.5.1", f"OBX|1|NM|99999-9^Some duration^LN||{value}|{unit}"))
+    assert field(out, "OBX", 5) == expected

@@ -20,7 +20,10 @@ from fhir_transforms.errors import InputError, RecordRefused
 from adapter.mllp.store import Store
 from adapter.audit.trail import AuditTrail
 from adapter.cli.mllp import _audit_hook
+from fhir_transforms.hl7v2.engine import HL7Deidentifier
 from fhir_transforms.keys import init_key_file
+from fhir_transforms.pseudonym import Pseudonymizer
+from text_deid.stack import build_stack
 
 HOST = "127.0.0.1"
 
@@ -650,3 +653,32 @@ def test_a_queue_failure_after_the_audit_is_answered_ar(tmp_path, monkeypatch):
 
     assert run(scenario()) == ["AA", "AR", "AA"]
     assert len(audited) == 3
+
+
+def test_output_bytes_agree_with_the_output_msh18(tmp_path, test_key):
+    """The forwarded bytes are in the character set the de-identified MSH-18 names, as the `hl7` command
+    writes them: a Latin-1 message stays Latin-1, and UTF-8 bytes under an 8859/1 label (read as UTF-8)
+    go out in 8859/1 too, not as UTF-8 that a receiver would read as Latin-1."""
+    engine = HL7Deidentifier.from_names("safe-harbor", Pseudonymizer(test_key), build_stack("patterns"))
+    note = "OBX|1|TX|NOTE||Übelkeit und Schwindel\r"
+    messages = [(adt("L-1", "MÜLLER^JOSÉ", charset="8859/1") + note, "latin-1"),
+                (adt("L-2", "MÜLLER^JOSÉ", charset="8859/1") + note, "utf-8")]
+
+    async def scenario():
+        receiver = await IdempotentReceiver().start()
+        async with running_service(tmp_path / "q.sqlite", mllp.MllpTarget(HOST, receiver.port),
+                                   deidentify=engine.deidentify) as port:
+            s = MllpSender(port)
+            codes = [await s.send(m, enc) for m, enc in messages]
+            await wait_for(lambda: len(receiver.order) == 2)
+            await s.close()
+        await receiver.stop()
+        return codes, receiver
+
+    codes, receiver = run(scenario())
+    assert codes == ["AA", "AA"]
+    for cid in receiver.order:
+        body = receiver.messages[cid]
+        assert parse_header(body.decode("latin-1")).field(18) == "8859/1"
+        text = body.decode("latin-1")
+        assert "Übelkeit und Schwindel" in text and "MÜLLER" not in text
