@@ -20,6 +20,7 @@ from typing import Iterator
 from urllib.parse import quote
 
 import httpx
+from fhir.resources.R4B import get_fhir_model_class
 import pytest
 import uvicorn
 from sqlalchemy import create_engine, text
@@ -358,7 +359,8 @@ def free_port() -> int:
 
 @contextmanager
 def serve(workdir: Path, key_file: Path, *args: str) -> Iterator[dict]:
-    """The service, started with `args` (e.g. --stack patterns); yields its base URL and a bearer token."""
+    """The service, started with `args` (e.g. --stack patterns) and an audit trail in `workdir`; yields its base URL,
+    a bearer token for every operation, its process, log and audit store."""
     token = add_client(workdir / "tokens.json", "tests", ["fhir", "hl7v2", "metadata", "metrics", "ready"])
     audit_key = workdir / "audit.key"
     assert run_cli("keys", "init", "--purpose", "audit", str(audit_key)).returncode == 0
@@ -380,13 +382,25 @@ def serve(workdir: Path, key_file: Path, *args: str) -> Iterator[dict]:
                     time.sleep(0.1)
             else:
                 raise RuntimeError("server did not start: " + (workdir / "server.log").read_text()[-2000:])
-            yield {"base": base, "token": token}
+            yield {"base": base, "token": token, "dir": workdir, "log": workdir / "server.log", "proc": proc,
+                   "audit": workdir / "audit.sqlite", "audit_key": audit_key}
         finally:
             proc.terminate()
             proc.wait(timeout=10)
 
 
-def post(server: dict, body: bytes, timeout: float = 120) -> httpx.Response:
-    """POST a FHIR resource to $de-identify."""
-    return httpx.post(server["base"] + "/fhir/$de-identify", content=body, timeout=timeout,
-                      headers={**FHIR, "Authorization": f"Bearer {server['token']}"})
+def post(server: dict, doc, token: str | None = None, headers: dict = FHIR, path: str = "/fhir/$de-identify",
+         timeout: float = 120) -> httpx.Response:
+    """POST a body (bytes, text, or a resource as a dict) to the service, with the server's token or `token`."""
+    body = doc if isinstance(doc, (bytes, str)) else json.dumps(doc)
+    return httpx.post(server["base"] + path, content=body, timeout=timeout,
+                      headers={**headers, "Authorization": f"Bearer {token or server['token']}"})
+
+
+def assert_outcome(resp: httpx.Response, status: int) -> dict:
+    """The response's body, after checking it is a valid FHIR OperationOutcome with `status`."""
+    assert resp.status_code == status, resp.text[:500]
+    assert resp.headers["content-type"].startswith("application/fhir+json")
+    body = resp.json()
+    get_fhir_model_class("OperationOutcome").model_validate(body)
+    return body

@@ -2,11 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -16,63 +11,18 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from adapter.http.auth import add_client
 from tests.conftest import SHARED, run_cli
+from tests.support import FHIR, assert_outcome, post, serve
 
-FHIR = {"Content-Type": "application/fhir+json"}
 CANARY = {"given": "Quorvath", "family": "Zelbrindex", "mrn": "MRN-88127733", "phone": "612-555-0193",
           "city": "Vexlow Harbor"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, test_key_file):
     workdir = tmp_path_factory.mktemp("service")
-    tokens = workdir / "tokens.json"
-    full = add_client(tokens, "interface-engine", ["fhir", "hl7v2", "metadata", "metrics", "ready"])
-    fhir_only = add_client(tokens, "research-portal", ["fhir"])
-    audit_key = workdir / "audit.key"
-    assert run_cli("keys", "init", "--purpose", "audit", str(audit_key)).returncode == 0
-    port = free_port()
-    log = open(workdir / "server.log", "w")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DEID_ADAPTER_")}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "adapter.cli", "serve", "--port", str(port), "--tokens", str(tokens),
-         "--key-file", str(test_key_file), "--today", "2026-01-15", "--max-body-mb", "3", "--workers", "2",
-         "--audit", str(workdir / "audit.sqlite"), "--audit-key-file", str(audit_key)],
-        cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    for _ in range(200):
-        try:
-            if httpx.get(base + "/healthz", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    else:
-        proc.kill()
-        raise RuntimeError("server did not start: " + (workdir / "server.log").read_text()[-2000:])
-    yield {"base": base, "token": full, "fhir_only": fhir_only, "dir": workdir, "log": workdir / "server.log", "proc": proc,
-           "audit": workdir / "audit.sqlite", "audit_key": audit_key}
-    proc.terminate()
-    proc.wait(timeout=10)
-    log.close()
-
-
-def post(server, doc, token=None, headers=FHIR, path="/fhir/$de-identify") -> httpx.Response:
-    body = doc if isinstance(doc, (bytes, str)) else json.dumps(doc)
-    return httpx.post(server["base"] + path, content=body, timeout=120,
-                      headers={**headers, "Authorization": f"Bearer {token or server['token']}"})
-
-
-def assert_outcome(resp: httpx.Response, status: int) -> dict:
-    assert resp.status_code == status, resp.text[:500]
-    assert resp.headers["content-type"].startswith("application/fhir+json")
-    body = resp.json()
-    get_fhir_model_class("OperationOutcome").model_validate(body)
-    return body
+    fhir_only = add_client(workdir / "tokens.json", "research-portal", ["fhir"])
+    with serve(workdir, test_key_file, "--max-body-mb", "3", "--workers", "2") as running:
+        yield {**running, "fhir_only": fhir_only}
 
 
 def test_each_synthea_bundle_over_http_equals_the_cli_output(server, tmp_path, test_key_file):

@@ -4,7 +4,6 @@ OperationOutcomes with 4xx, and the engine cache stays bounded however requests 
 A real uvicorn server on a free port, run in this process so that the test can look at its engine cache."""
 from __future__ import annotations
 
-import json
 import os
 import socket
 import threading
@@ -13,14 +12,13 @@ import time
 import httpx
 import pytest
 import uvicorn
-from fhir.resources.R4B import get_fhir_model_class
 
 from adapter.http.service import ServiceConfig, create_app
 from adapter.http.auth import TokenStore, add_client
 from fhir_transforms import rules
 from tests.conftest import FIXED_TODAY
+from tests.support import assert_outcome, post
 
-FHIR = {"Content-Type": "application/fhir+json"}
 PATIENT = {"resourceType": "Patient", "id": "p1", "name": [{"family": "Zyxwortel"}], "birthDate": "1971-04-05"}
 
 
@@ -44,19 +42,9 @@ def service(tmp_path_factory, test_key):
     thread.join(timeout=10)
 
 
-def post(service, body, path="/fhir/$de-identify") -> httpx.Response:
-    content = body if isinstance(body, (str, bytes)) else json.dumps(body)
-    return httpx.post(service["base"] + path, content=content, timeout=60,
-                      headers={**FHIR, "Authorization": f"Bearer {service['token']}"})
-
-
 def outcome_of(resp: httpx.Response, status: int) -> str:
-    """The response's diagnostics, after checking it is a valid OperationOutcome with `status`."""
-    assert resp.status_code == status, resp.text[:500]
-    assert resp.headers["content-type"].startswith("application/fhir+json")
-    body = resp.json()
-    get_fhir_model_class("OperationOutcome").model_validate(body)
-    return body["issue"][0]["diagnostics"]
+    """The diagnostics of a valid OperationOutcome answered with `status`."""
+    return assert_outcome(resp, status)["issue"][0]["diagnostics"]
 
 
 def with_profile(profile: str) -> dict:
