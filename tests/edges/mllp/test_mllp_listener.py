@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from adapter.mllp import listener as mllp
-from adapter.mllp.listener import FrameDecoder, build_ack, frame, parse_header, read_ack
+from adapter.mllp.listener import FrameDecoder, _alive, build_ack, frame, parse_header, read_ack
 from fhir_transforms.errors import InputError, RecordRefused
 from adapter.mllp.store import Store
 from adapter.audit.trail import AuditTrail
@@ -298,6 +298,18 @@ def test_sender_control_ids_are_neither_stored_nor_logged(tmp_path, caplog):
         assert control_id.encode() not in stored and control_id not in logged
 
 
+async def send_encoded(tmp_path: Path, messages: list[tuple[str, str]], deidentify=fake_deidentify):
+    """Send each (message, encoding) through a running service; (the ACK codes, the receiver once every message
+    was delivered)."""
+    receiver = await IdempotentReceiver().start()
+    async with running_service(tmp_path / "q.sqlite", mllp.MllpTarget(HOST, receiver.port), deidentify) as port:
+        s = MllpSender(port)
+        codes = [await s.send(m, enc) for m, enc in messages]
+        await wait_for(lambda: len(receiver.order) == len(messages))
+        await s.close()
+    await receiver.stop()
+    return codes, receiver
+
 def test_non_ascii_and_large_messages_keep_their_charset(tmp_path):
     note = "OBX|1|TX|NOTE||" + "lorem ipsum " * 600_000 + "\r"  # about 7 MB
     messages = [(adt("U-1", "MÜLLER^JOSÉ", charset="UNICODE UTF-8"), "utf-8"),
@@ -305,17 +317,7 @@ def test_non_ascii_and_large_messages_keep_their_charset(tmp_path):
                 (adt("N-1", "MÜLLER^JOSÉ"), "utf-8"),
                 (adt("B-1") + note, "utf-8")]
 
-    async def scenario():
-        receiver = await IdempotentReceiver().start()
-        async with running_service(tmp_path / "q.sqlite", mllp.MllpTarget(HOST, receiver.port)) as port:
-            s = MllpSender(port)
-            codes = [await s.send(m, enc) for m, enc in messages]
-            await wait_for(lambda: len(receiver.order) == 4)
-            await s.close()
-        await receiver.stop()
-        return codes, receiver
-
-    codes, receiver = run(scenario())
+    codes, receiver = run(send_encoded(tmp_path, messages))
     assert codes == ["AA"] * 4
     for message, enc in messages:
         cid = parse_header(message).control_id
@@ -454,14 +456,6 @@ def test_worker_processes_answer_batches_and_a_bad_message_fails_only_itself(tmp
     assert [ok for ok, _ in results] == [True, False, True] and isinstance(results[1][1], InputError)
     assert results[0][1] == fake_deidentify(adt("W-1")) and all(r[0][0] for r in again)
     assert not any(_alive(pid) for pid in workers.pids) and len(set(workers.pids)) == 2
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 async def _serve_until_the_workers_die(tmp_path, deidentify, executor, messages: list[str]) -> list[str]:
@@ -664,18 +658,7 @@ def test_output_bytes_agree_with_the_output_msh18(tmp_path, test_key):
     messages = [(adt("L-1", "MÜLLER^JOSÉ", charset="8859/1") + note, "latin-1"),
                 (adt("L-2", "MÜLLER^JOSÉ", charset="8859/1") + note, "utf-8")]
 
-    async def scenario():
-        receiver = await IdempotentReceiver().start()
-        async with running_service(tmp_path / "q.sqlite", mllp.MllpTarget(HOST, receiver.port),
-                                   deidentify=engine.deidentify) as port:
-            s = MllpSender(port)
-            codes = [await s.send(m, enc) for m, enc in messages]
-            await wait_for(lambda: len(receiver.order) == 2)
-            await s.close()
-        await receiver.stop()
-        return codes, receiver
-
-    codes, receiver = run(scenario())
+    codes, receiver = run(send_encoded(tmp_path, messages, engine.deidentify))
     assert codes == ["AA", "AA"]
     for cid in receiver.order:
         body = receiver.messages[cid]
