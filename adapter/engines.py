@@ -21,11 +21,11 @@ def fhir_engine(key_file: Optional[Path], profile: str, stack: Optional[str], va
     try:
         key = keys.load_key(key_file)
         prof = load_profile(profile)
-        text_stack = build_stack(stack, llm or settings.llm(), settings.ner())
+        stack_used = text_stack(stack, llm)
         clock = (lambda d=date.fromisoformat(today): d) if today else dates.today
     except (keys.KeyError_, ProfileError, StackUnavailable, ValueError) as e:
         raise SettingsError(str(e)) from e
-    return Deidentifier(prof, Pseudonymizer(key), text_stack, clock, validate)
+    return Deidentifier(prof, Pseudonymizer(key), stack_used, clock, validate)
 
 
 def text_stack(name: str | None, llm: LlmSettings | None = None) -> TextStack:

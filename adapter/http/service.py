@@ -265,7 +265,7 @@ def create_app(config: ServiceConfig) -> FastAPI:
         try:
             text = er7.decode_bytes(raw)  # as files and MLLP frames are read: never a replaced character
         except InputError as e:
-            raise HttpError(400, "invalid", str(e)) from None
+            raise HttpError(*HTTP_STATUS[InputError], str(e)) from None
 
         async def work():
             out = await run(map_errors(deid.deidentify_file_text), text)

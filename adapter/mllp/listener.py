@@ -153,7 +153,7 @@ class NotAccepted(ValueError):
 def decode_message(payload: bytes) -> er7.Decoded:
     """A frame's text, read as files and HTTP bodies are (fhir_transforms/hl7v2/message.py); a frame that does not
     start with MSH, or whose bytes cannot be read without guessing, is not accepted."""
-    if not payload.lstrip(b"\xef\xbb\xbf").startswith(b"MSH") or len(payload) < 8:
+    if not payload.removeprefix(b"\xef\xbb\xbf").startswith(b"MSH") or len(payload) < 8:
         raise NotAccepted("message does not start with an MSH segment", 100)
     try:
         return er7.read_bytes(payload)
