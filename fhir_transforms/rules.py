@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 from fhir_transforms.fpe import FpeFormat
-from fhir_transforms.methods import METHODS
+from fhir_transforms.methods import FHIR, METHODS
 import mappings
 
 MAPPINGS = Path(mappings.__file__).resolve().parent / "fhir"
@@ -24,6 +24,26 @@ class Rule:
     options: dict = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class EntryRule:
+    """Bundle entries to remove: every resource of a type, or those whose coded `element` holds a code."""
+
+    resource: str
+    element: str | None = None
+    code: str | None = None
+    system: str | None = None
+
+
+def _entry_rule(spec, where: str) -> EntryRule:
+    if isinstance(spec, str):
+        spec = {"resource": spec}
+    unknown = set(spec) - {"resource", "element", "code", "system"} if isinstance(spec, dict) else {"?"}
+    if unknown or not isinstance(spec.get("resource"), str) or ("element" in spec) != ("code" in spec):
+        raise ProfileError(f"{where}: an entry rule is {{resource: Type}} or {{resource: Type, element: E, code: C "
+                           f"[, system: S]}}")
+    return EntryRule(spec["resource"], spec.get("element"), spec.get("code"), spec.get("system"))
+
+
 @dataclass
 class Profile:
     name: str
@@ -35,6 +55,8 @@ class Profile:
     extension_allow: frozenset[str]
     modifier_extension_allow: frozenset[str]
     kept_by_design: frozenset[str] = frozenset()  # Owner.element values the leak guard trusts where the rules kept them
+    marking: bool = False  # record on each element a rule changed what was done (a rule's `marking` overrides)
+    remove_entries: tuple[EntryRule, ...] = ()  # Bundle entries removed whole, with the references to them
     plans: dict = field(default_factory=dict, repr=False)  # the walker's per-path plans (fhir_transforms/r4/walker.py)
 
     def lookup(self, path: str, owner: str, owner_is_resource: bool, element: str, element_type: str) -> Rule | None:
@@ -61,13 +83,57 @@ def _rule(spec, where: str) -> Rule:
     return Rule(method, options)
 
 
-def check_options(method: str, options: dict, where: str) -> None:
-    """Refuse a rule whose settings its method cannot use (checked when the profile loads, not per value)."""
+JSON_TYPES = {"string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,), "array": (list,),
+              "object": (dict,)}
+FPE_SETTINGS = ("alphabet", "keep_prefix", "check_digit")
+
+
+def check_options(method: str, options: dict, where: str, engine: str = FHIR) -> None:
+    """Refuse a rule whose settings its method cannot use (checked when the profile loads, not per value): each
+    setting must be one the method declares for this engine (fhir_transforms/methods.py), of its type."""
+    declared = METHODS[method]
+    for name, value in options.items():
+        param = declared.param(name)
+        if param is None or engine not in param.engines:
+            takes = [p.name for p in declared.params if engine in p.engines]
+            raise ProfileError(f"{where}: {method} takes no setting {name!r} (it takes: {', '.join(takes) or 'none'})")
+        types = JSON_TYPES.get(param.type)
+        if types and (not isinstance(value, types) or (bool in types) != isinstance(value, bool)):
+            raise ProfileError(f"{where}: {method}: {name} is a{'n' * (param.type[0] in 'aeio')} {param.type}")
+        if param.choices and value not in param.choices:
+            raise ProfileError(f"{where}: {method}: {name} is one of {', '.join(map(str, param.choices))}")
+    try:
+        _check_method(method, options)
+    except ValueError as e:
+        raise ProfileError(f"{where}: {e}") from None
+
+
+def _check_method(method: str, options: dict) -> None:
+    """What the types alone do not say: settings that go together, and the shapes of `cases`."""
     if method == "fpe":
-        try:
-            FpeFormat.from_options(options)
-        except ValueError as e:
-            raise ProfileError(f"{where}: {e}") from None
+        FpeFormat.from_options(options)
+    elif method == "encrypt":
+        if options.get("format", "aes-siv") == "fpe":
+            FpeFormat.from_options({k: v for k, v in options.items() if k in FPE_SETTINGS})
+        elif any(k in options for k in FPE_SETTINGS):
+            raise ValueError("encrypt: alphabet, keep_prefix and check_digit go with format: fpe")
+    elif method == "substitute" and ("value" in options) == ("kind" in options):
+        raise ValueError("substitute takes either value (a fixed value) or kind (a keyed surrogate)")
+    elif method == "perturb" and (not isinstance(options.get("span"), (int, float)) or options["span"] < 0):
+        raise ValueError("perturb needs span, a number of 0 or more")
+    elif method == "perturb" and options.get("round_to", 0) < 0:
+        raise ValueError("perturb: round_to is 0 or more decimal places")
+    elif method == "generalize":
+        cases = options.get("cases")
+        if not isinstance(cases, list) or not cases:
+            raise ValueError("generalize needs cases, a list of {range: [low, high], to: V} or {value: X, to: V}")
+        for i, case in enumerate(cases):
+            ok = isinstance(case, dict) and "to" in case and len(case) == 2 and (
+                "value" in case or ("range" in case and isinstance(case["range"], list) and len(case["range"]) == 2))
+            if not ok:
+                raise ValueError(f"generalize: case {i + 1} is not {{range: [low, high], to: V}} or {{value: X, to: V}}")
+    elif method == "shift" and "offset_days" in options and "scope" in options:
+        raise ValueError("shift takes offset_days (one fixed offset) or scope, not both")
 
 
 @lru_cache(maxsize=None)
@@ -109,4 +175,13 @@ def load_profile(name: str) -> Profile:
         extension_allow=frozenset(doc.get("extensions", {}).get("allow", [])),
         modifier_extension_allow=frozenset(doc.get("modifier_extensions", {}).get("allow", [])),
         kept_by_design=frozenset(doc.get("leak_guard", {}).get("kept_by_design", [])),
+        marking=_flag(doc.get("marking", False), f"{name}: marking"),
+        remove_entries=tuple(_entry_rule(spec, f"{name}: entries.remove[{i}]")
+                             for i, spec in enumerate((doc.get("entries") or {}).get("remove", []))),
     )
+
+
+def _flag(value, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise ProfileError(f"{where}: true or false")
+    return value

@@ -17,9 +17,9 @@ from fhir_transforms.hl7v2.identifying import dates_with_time, identifying
 from fhir_transforms.hl7v2.rules import (Datatype, DTMError, HL7Profile, Rule, dtm_age, dtm_full_date, dtm_shift, dtm_year,
                                          identifier_system, is_calendar_dtm, is_dtm)
 from fhir_transforms.hl7v2.standard import standard_version
-from fhir_transforms import dates, zipcodes
+from fhir_transforms import dates, values, zipcodes
 from fhir_transforms.errors import InputError, LeakFound, RecordRefused
-from fhir_transforms.fpe import fpe_format, selects
+from fhir_transforms.fpe import FpeFallback, fpe_format, selects
 from fhir_transforms.methods import METHODS, check_implemented
 from fhir_transforms.pseudonym import Pseudonymizer
 from text_deid import leak_guard, replace
@@ -62,6 +62,7 @@ class MessageWalk:
         self.notes: list[Note] = []
         self.offset_key = _patient_key(message, self.profile)
         msh = message.segments[0]
+        self.record_key = f"MSH-10|{self._decoded(msh.get(10))}" if msh.sid == "MSH" else ""
         self.version = standard_version(self._decoded(msh.get(12).split(self.d.component)[0])
                                         if msh.sid == "MSH" else "")
         self.old_birth_days = self._birth_days_over_89()
@@ -115,9 +116,11 @@ class MessageWalk:
         if seg.sid == "OBX" and n == 5:
             vtype = self._decoded(seg.get(2).split(self.d.component)[0]).strip().upper()
             code = self._decoded(seg.get(3).split(self.d.component)[0]).strip()
-            if vtype == "NM" and (code in self.profile.observation_ages or self._in_years(seg)):
-                return OBX_AGE
             ov = self.profile.observation_values
+            if vtype == "NM" and (code in self.profile.observation_ages or self._in_years(seg)):
+                nm = ov.get("NM")  # a site that perturbs numbers perturbs ages too, and 90 or more still becomes 90
+                return Rule(method="perturb", options={**nm.options, "age": True}) if nm and nm.method == "perturb" \
+                    else OBX_AGE
             return ov.get(vtype) or ov.get("default") or OBX_TEXT
         return self.profile.rule(seg.sid, n, self.version)
 
@@ -286,7 +289,7 @@ class MessageWalk:
                     return None
             if m == "age90":
                 return self._age90(value)
-            out = dtm_year(value) if m == "year" else dtm_shift(value, self._offset())
+            out = dtm_year(value) if m == "year" else dtm_shift(value, self._offset(options))
         except (DTMError, dates.DateFormatError, ValueError):
             return None
         self.written_dates.add((self._segment_number, out))
@@ -302,9 +305,72 @@ class MessageWalk:
             return self._token(value, options)
         return self._pseudonym(value, owner, rep, container, options if m == "fpe" else None)
 
+    def _substitute(self, rule: Rule, leaves, where, owner, rep, seg, container) -> None:
+        """A fixed value in the first leaf (the others emptied), or a keyed surrogate of the kind in every leaf."""
+        options = rule.options
+        category = options.get("category") or values.KIND_CATEGORY.get(options.get("kind", ""))
+        for k, (holder, j) in enumerate(leaves):
+            value = self._decoded(holder[j])
+            if category and value.strip():
+                self.known.add(KnownIdentifier(value, category))
+            if "value" in options:
+                holder[j] = er7.escape(str(options["value"]), self.d) if k == 0 else ""
+            elif value.strip():
+                holder[j] = er7.escape(values.surrogate(self.pseudo, options["kind"], value), self.d)
+
+    def _generalize(self, rule: Rule, leaves, where, owner, rep, seg, container) -> None:
+        """The first leaf by the cases; the others emptied (a code's text would tell the original). No match: kept
+        or emptied (`otherwise`)."""
+        first = self._decoded(leaves[0][0][leaves[0][1]])
+        found = values.generalize(_number_or_text(first), rule.options["cases"]) if first.strip() else values.NO_MATCH
+        if found is values.NO_MATCH and rule.options.get("otherwise", "remove") == "keep":
+            return
+        for k, (holder, j) in enumerate(leaves):
+            holder[j] = er7.escape(_hl7_text(found), self.d) if k == 0 and found is not values.NO_MATCH else ""
+
+    def _encrypt(self, rule: Rule, leaves, where, owner, rep, seg, container) -> None:
+        """Every leaf encrypted in place under the vault key (AES-SIV, or FF3-1 keeping its shape: a value too
+        short for it is removed)."""
+        cipher = self.pseudo.cipher
+        if cipher is None:
+            raise InputError(f"{where}: the encrypt rule needs the vault key (--vault-key-file)")
+        options = rule.options
+        fmt = fpe_format({k: v for k, v in options.items() if k in ("alphabet", "keep_prefix", "check_digit")}) \
+            if options.get("format") == "fpe" else None
+        for holder, j in leaves:
+            value = self._decoded(holder[j])
+            if not value.strip():
+                continue
+            if "category" in options:
+                self.known.add(KnownIdentifier(value, options["category"]))
+            try:
+                holder[j] = er7.escape(cipher.encrypt(value, fmt), self.d)
+            except FpeFallback:
+                holder[j] = ""
+
+    def _perturb(self, m: str, value: str, owner, rep, container, options: dict) -> str | None:
+        """Keyed noise on a number (a value that is none is removed); an age of 90 or more, before or after, is 90."""
+        try:
+            number = _number_or_text(value)
+        except ValueError:
+            return None
+        if not isinstance(number, (int, float)):
+            return None
+        if options.get("age") and number >= 90:
+            return "90"
+        scope = options.get("scope", "patient")
+        key = self.record_key if scope == "record" else (str(options.get("release", "")) if scope == "release"
+                                                          else self.offset_key)
+        noisy = values.perturb(self.pseudo, f"{owner or ''}|{key}", number, options)
+        if options.get("age") and noisy >= 90:
+            return "90"
+        return str(noisy)
+
     # Every method of the contract (fhir_transforms/methods.py): a whole leaf set, or each value in turn.
-    LEAF_METHODS = {"keep": _keep, "text": _text, "remove": _remove}
-    VALUE_METHODS = {"year": _date, "shift": _date, "age90": _date, "zip3": _zip3, "pseudonym": _keyed, "fpe": _keyed}
+    LEAF_METHODS = {"keep": _keep, "text": _text, "remove": _remove, "substitute": _substitute,
+                    "generalize": _generalize, "encrypt": _encrypt}
+    VALUE_METHODS = {"year": _date, "shift": _date, "age90": _date, "zip3": _zip3, "pseudonym": _keyed, "fpe": _keyed,
+                     "perturb": _perturb}
 
     def _age90(self, value: str) -> str | None:
         if re.fullmatch(r"\d{1,3}(?:\.\d+)?", value.strip()):  # an age in years (OBX NM), not a date
@@ -312,9 +378,20 @@ class MessageWalk:
         if dtm_age(value, self.deid.clock()) >= 90:
             return None
         dtm = self._resolve(Rule(type="DTM"))
-        return dtm_year(value) if getattr(dtm, "method", "year") == "year" else dtm_shift(value, self._offset())
+        return dtm_year(value) if getattr(dtm, "method", "year") == "year" else dtm_shift(
+            value, self._offset(getattr(dtm, "options", {})))
 
-    def _offset(self) -> int:
+    def _offset(self, options: dict | None = None) -> int:
+        """The rule's fixed `offset_days`, else the keyed offset of its scope: the patient (first PID-3), the
+        record (MSH-10 as received) or the release."""
+        options = options or {}
+        if "offset_days" in options:
+            return options["offset_days"]
+        scope = options.get("scope", "patient")
+        if scope == "record":
+            return self.pseudo.day_offset(self.record_key, "record")
+        if scope == "release":
+            return self.pseudo.day_offset(str(options.get("release", "")), "release")
         return self.pseudo.day_offset(self.offset_key)
 
     def _token(self, value: str, options: dict) -> str:
@@ -564,6 +641,20 @@ class HL7Deidentifier:
             except RuntimeError as e:
                 raise RecordRefused(f"{where}: {e} (a bug; nothing written)") from None
         return out
+
+
+def _number_or_text(value: str):
+    """An HL7 NM value as a number (int when it has no point); any other value as it is."""
+    text = value.strip()
+    if re.fullmatch(r"[+-]?\d+", text):
+        return int(text)
+    if re.fullmatch(r"[+-]?(\d+\.\d*|\.\d+)", text):
+        return float(text)
+    return value
+
+
+def _hl7_text(value) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _plain_remove(target: Rule | Datatype) -> bool:

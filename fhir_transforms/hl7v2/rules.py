@@ -15,7 +15,7 @@ from pathlib import Path
 
 from fhir_transforms import dates
 from fhir_transforms.hl7v2.standard import field_type
-from fhir_transforms.methods import METHODS
+from fhir_transforms.methods import HL7V2, METHODS
 from fhir_transforms.rules import ProfileError, check_options, read_profile_file
 import mappings
 
@@ -191,7 +191,7 @@ def _rule(spec, where: str, datatypes: set[str]) -> Rule:
     if method not in METHODS:
         raise ProfileError(f"{where}: unknown method {method!r} (known: {', '.join(sorted(METHODS))})")
     options = {k: v for k, v in spec.items() if k != "method"}
-    check_options(method, options, where)
+    check_options(method, options, where, HL7V2)
     if method == "pseudonym" and options:
         _check_token_options(options, where)
     return Rule(method=method, options=options)

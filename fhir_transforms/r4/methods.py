@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Any, Callable, Mapping, Protocol
 
-from fhir_transforms import dates, zipcodes
+from fhir_transforms import dates, values, zipcodes
 from fhir_transforms.r4 import references
 from fhir_transforms.errors import InputError
-from fhir_transforms.fpe import fpe_format, selects
+from fhir_transforms.fpe import FpeFallback, fpe_format, selects
 from fhir_transforms.known import PERSON_REFERENCE_RE, identifier_category
 from fhir_transforms.methods import check_implemented
 from fhir_transforms.pseudonym import Pseudonymizer
@@ -44,6 +44,7 @@ class Site(Protocol):
     @property
     def resource_type(self) -> str: ...
     def day_offset(self) -> int: ...
+    def scope_key(self) -> str: ...
     def age_limit_year(self) -> int | None: ...
     def keeps_by_design(self, element: str) -> bool: ...
     def removes_identifier(self) -> bool: ...
@@ -266,9 +267,136 @@ def _attachment_text(value, site: Site):
     return TextRef([text for text, _ in read], build)
 
 
+def substitute(value, site: Site):
+    """A fixed value (REDACTED), or a keyed surrogate of the rule's kind (PSEUDED). In an object (a HumanName,
+    a ContactPoint, ...) its texts are substituted, its codes (use, system, type, state, country) kept, and
+    everything else (period, assigner, extensions, ...) removed."""
+    options = site.options
+    _record_original(value, site)
+    if "value" in options:
+        fixed = options["value"]
+        if isinstance(fixed, dict) != isinstance(value, dict) or isinstance(fixed, list):
+            raise InputError(f"{site.path}: substitute's value does not fit the element (type {site.element.type})")
+        site.label("REDACTED")
+        if not isinstance(fixed, dict):
+            site.generated()
+        return marshal_copy(fixed)
+    site.label("PSEUDED")
+    if isinstance(value, str):
+        site.generated()
+        return values.surrogate(site.pseudo, options["kind"], value)
+    if not isinstance(value, dict):
+        raise InputError(f"{site.path}: substitute with kind applies to texts and objects, not {site.element.type}")
+    out = {}
+    for key, item in value.items():
+        if key in SUBSTITUTE_KEEPS:
+            out[key] = item
+        elif isinstance(item, str):
+            out[key] = values.surrogate(site.pseudo, _kind_of(key, options["kind"]), item)
+        elif isinstance(item, list) and all(isinstance(v, str) for v in item):
+            out[key] = [values.surrogate(site.pseudo, _kind_of(key, options["kind"]), v) for v in item]
+    return out
+
+
+SUBSTITUTE_KEEPS = {"use", "system", "type", "rank", "state", "country", "resourceType"}
+
+
+def _kind_of(key: str, kind: str) -> str:
+    return key if kind == "name" and key in ("given", "family") else kind
+
+
+def _record_original(value, site: Site) -> None:
+    """The texts a substitute or encrypt rule replaces are known identifiers of the record (`category`, else by kind)."""
+    category = site.options.get("category") or values.KIND_CATEGORY.get(site.options.get("kind", ""))
+    if site.element.name == "value" and site.owner == "Identifier":
+        category = category or identifier_category(site.parent)
+    if not category:
+        return
+    for text in ([value] if isinstance(value, str) else
+                 [v for v in (value.values() if isinstance(value, dict) else ()) if isinstance(v, str)]):
+        site.record_known(text, category)
+
+
+def marshal_copy(value):
+    """A fixed value of the rules, copied: each output holds its own."""
+    return {k: marshal_copy(v) for k, v in value.items()} if isinstance(value, dict) else (
+        [marshal_copy(v) for v in value] if isinstance(value, list) else value)
+
+
+def perturb(value, site: Site):
+    """Keyed noise on a number, or on the value of a Quantity; an age (Age, or a Quantity in years of an age
+    element) of 90 or more, before or after the noise, becomes 90+ as with `age90`."""
+    namespace = f"{site.fpath}|{site.scope_key()}"
+    if isinstance(value, dict):
+        number = value.get("value")
+        if not isinstance(number, (int, float)) or isinstance(number, bool):
+            return site.walk_into(value)
+        is_age = site.element.type == "Age" or site.element.name.startswith("age")
+        if is_age and _years(value) >= 90:
+            return age90(value, site)
+        noisy = values.perturb(site.pseudo, namespace, number, site.options)
+        result = {**value, "value": noisy}
+        if is_age and _years(result) >= 90:
+            return age90(result, site)
+        site.label("ABSTRED")
+        return result
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        site.label("ABSTRED")
+        noisy = values.perturb(site.pseudo, namespace, value, site.options)
+        return max(noisy, 0) if site.element.type in ("unsignedInt", "positiveInt") else noisy
+    raise InputError(f"{site.path}: perturb applies to numbers and quantities, not {site.element.type}")
+
+
+def generalize(value, site: Site):
+    """The first matching case's value (for a Quantity: matched on its value, which the case's number
+    replaces); a value no case matches is kept or removed (`otherwise`, default remove)."""
+    subject = value.get("value") if isinstance(value, dict) else value
+    found = values.generalize(subject, site.options["cases"])
+    if found is values.NO_MATCH:
+        if site.options.get("otherwise", "remove") == "keep":
+            return site.walk_into(value) if isinstance(value, dict) else value
+        return remove(value, site)
+    site.label("ABSTRED")
+    if isinstance(value, dict) and not isinstance(found, dict):
+        if not isinstance(found, (int, float)) or isinstance(found, bool):
+            raise InputError(f"{site.path}: generalize gives a Quantity's value a number, not text")
+        return {**value, "value": found}
+    if isinstance(found, dict) != isinstance(value, dict) or isinstance(found, list) or (
+            isinstance(found, str) != isinstance(value, str)):
+        raise InputError(f"{site.path}: generalize's value does not fit the element (type {site.element.type})")
+    if isinstance(found, str):
+        site.generated()
+    return marshal_copy(found)
+
+
+def encrypt(value, site: Site):
+    """Reversible encryption under the vault key (fhir_transforms/encryption.py): AES-SIV, or FF3-1 where the
+    shape must hold (a value too short for FF3-1 is removed, never kept)."""
+    if not isinstance(value, str):
+        raise InputError(f"{site.path}: encrypt applies to texts and identifiers, not {site.element.type}")
+    cipher = site.pseudo.cipher
+    if cipher is None:
+        raise InputError(f"{site.path}: the encrypt rule needs the vault key (--vault-key-file)")
+    _record_original(value, site)
+    if site.element.name == "value" and site.owner == "Identifier" and site.removes_identifier():
+        return remove(value, site)
+    if site.options.get("format", "aes-siv") == "fpe":
+        try:
+            result = cipher.encrypt(value, fpe_format({k: v for k, v in site.options.items()
+                                                       if k in ("alphabet", "keep_prefix", "check_digit")}))
+        except FpeFallback:
+            return remove(value, site)
+        site.label("MASKED")
+        return result  # not marked generated: it has the shape of a real value, and the leak guard reads it
+    site.label("MASKED")
+    site.generated()
+    return cipher.encrypt(value)
+
+
 # Every method of the contract (fhir_transforms/methods.py), by name.
 METHODS: dict[str, Callable] = {
     "remove": remove, "keep": keep, "year": year, "shift": shift, "pseudonym": pseudonym,
     "zip3": zip3, "age90": age90, "text": text, "fpe": fpe,
+    "substitute": substitute, "perturb": perturb, "generalize": generalize, "encrypt": encrypt,
 }
 check_implemented("FHIR R4", METHODS)

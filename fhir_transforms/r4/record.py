@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from fhir.resources.R4B import get_fhir_model_class
 from fhir_transforms import dates, known as known_ids
 from fhir_transforms.r4 import rendered
+from fhir_transforms.r4.entries import remove_entries
 from fhir_transforms.errors import DetectorFailed, InputError, LeakFound, OutputInvalid
 from fhir_transforms.r4.methods import TEXT_CONTENT_TYPES
 from fhir_transforms.pseudonym import Pseudonymizer
@@ -83,9 +84,12 @@ class Deidentifier:
         if self.validate:
             validate(resource, path)
         doc = resource if consume else _copy(resource)
+        record_key = f"{rtype}/{doc.get('id') or path}"
+        changed = remove_entries(doc, self.profile.remove_entries)
         members = list(iter_resources(doc))
         patients = [r.get("id") for r in members if r.get("resourceType") == "Patient" and r.get("id")]
-        ctx = RecordContext(self.profile, self.pseudo, self.clock, patients[0] if len(patients) == 1 else None)
+        ctx = RecordContext(self.profile, self.pseudo, self.clock, patients[0] if len(patients) == 1 else None,
+                            record_key=record_key)
         today = self.clock()
         ctx.age_limits.update(linked_age_limits or {})
         for r in members:
@@ -94,6 +98,9 @@ class Deidentifier:
         ctx.known.update(known_ids.collect(members))
         ctx.known.update(linked)
         walk_resource(doc, path, ctx)
+        for res, state in ctx.walked:  # entries removed by the entry rules, and references to them
+            if id(res) in changed:
+                state.labels.add("REDACTED")
         # sorted by (value, category) as the dataclass orders them, without its generated __lt__
         known = tuple(sorted((k for k in ctx.known if len(k.value.strip()) >= 2), key=_known_order))
 

@@ -30,6 +30,9 @@ PROFILE_TAG_SYSTEM = "http://deid-adapter.org/fhir/CodeSystem/deid-profile"
 PATIENT_LINKS = ("subject", "patient", "beneficiary")
 RELATIVE_ELEMENTS = ("born", "age", "deceased")  # FamilyMemberHistory elements that describe the relative
 NO_OPTIONS: Mapping = MappingProxyType({})
+# marking (a rule's or the profile's `marking: true`): the DS4P inline security label, and the method applied
+INLINE_LABEL = "http://hl7.org/fhir/uv/security-label-ds4p/StructureDefinition/extension-inline-sec-label"
+METHOD_EXTENSION = "http://deid-adapter.org/fhir/StructureDefinition/deid-method"
 
 
 @dataclass
@@ -73,6 +76,7 @@ class RecordContext:
     references: dict = field(default_factory=dict)  # reference → its rewrite: a record points at its patient many times
     known_seen: set = field(default_factory=set)  # (value, category) already in `known`
     age_limits: dict = field(default_factory=dict)  # patient id → the year they turned 90 (patients aged 90+ only)
+    record_key: str = ""  # the record as given (its type and id): `shift` with scope record keys its offset on it
 
 
 @dataclass
@@ -89,7 +93,7 @@ class Site:
 
     # a plain class with slots: one is made for every value a rule transforms
     __slots__ = ("ctx", "res", "parent", "owner", "element", "path", "fpath", "container", "slot",
-                 "pending_extensions", "options")
+                 "pending_extensions", "options", "labels")
 
     def __init__(self, ctx: RecordContext, res: ResourceState, parent: dict, owner: str, element: Element,
                  path: str, fpath: str, container, slot, options: Mapping = NO_OPTIONS):
@@ -104,6 +108,7 @@ class Site:
         self.slot = slot
         self.pending_extensions: list = []
         self.options = options  # the rule's settings beyond its method
+        self.labels: set[str] | None = None  # the labels the method gave this element (kept only for marking)
 
     @property
     def pseudo(self) -> Pseudonymizer:
@@ -114,6 +119,8 @@ class Site:
 
     def label(self, code: str) -> None:
         self.res.labels.add(code)
+        if self.labels is not None:
+            self.labels.add(code)
 
     def record_known(self, value, category: str) -> None:
         """A value the rules transform is a known identifier: it must not survive in any text."""
@@ -152,7 +159,21 @@ class Site:
         return self.res.type
 
     def day_offset(self) -> int:
-        return self.ctx.pseudo.day_offset(self.res.patient_id)
+        """The rule's fixed `offset_days`, else the keyed offset of its scope (patient, record or release)."""
+        options = self.options
+        if "offset_days" in options:
+            return options["offset_days"]
+        scope = options.get("scope", "patient")
+        return self.ctx.pseudo.day_offset(self.scope_key(), scope)
+
+    def scope_key(self) -> str:
+        """Whose keyed offset or noise a rule uses: its `scope` (patient by default), record or release."""
+        scope = self.options.get("scope", "patient")
+        if scope == "record":
+            return self.ctx.record_key
+        if scope == "release":
+            return str(self.options.get("release", ""))
+        return self.res.patient_id
 
     def keeps_by_design(self, element: str) -> bool:
         """Whether the profile keeps `Owner.element` by design (leak_guard.kept_by_design) with a keep rule."""
@@ -177,8 +198,13 @@ class Site:
         self.pending_extensions.extend(extensions)
 
     def apply_type_rule(self, value):
+        """The rule of the element's type, with that rule's own settings (a `date: shift` rule's offset)."""
         rule = self.ctx.profile.rules.get(self.element.type) or self.ctx.profile.default_primitive
-        return METHODS[rule.method](value, self)
+        own, self.options = self.options, rule.options
+        try:
+            return METHODS[rule.method](value, self)
+        finally:
+            self.options = own
 
     def walk_into(self, node: dict):
         _walk_complex(node, _plan(self.ctx.profile, self.element.type, self.fpath, False), self.path, self.ctx, self.res)
@@ -446,15 +472,36 @@ def _transform(node: dict, key: str, value, step: _Step, path: str, container, s
             return REMOVE if not value else value
     site = Site(ctx, state, node, step.owner, el, path, step.fpath, container, slot,
                 rule.options if rule is not None else NO_OPTIONS)
+    marking = rule is not None and rule.options.get("marking", ctx.profile.marking)
+    if marking:
+        site.labels = set()
     try:
         result = METHODS[rule.method if rule is not None else ctx.profile.default_primitive.method](value, site)
     except ValueError as e:  # e.g. a malformed date; messages never quote the value
         if isinstance(e, InputError) or rule is None:
             raise
         raise InputError(f"{path}: {e}") from None
+    if marking and site.labels and result is not REMOVE and type(result) is not TextRef:
+        result = _mark(node, key, result, el, rule.method, site, ctx)
     if site.pending_extensions:
         _add_extensions(node, "_" + key, site.pending_extensions)
     return REMOVE if type(result) is dict and not result else result
+
+
+def _mark(node: dict, key: str, result, el: Element, method: str, site: Site, ctx: RecordContext):
+    """Record on the element what was done: its security label (the DS4P inline label) and the rule's method.
+    A primitive in a list is not marked (its `_x` list would have to align); its resource's labels say it."""
+    marks = [{"url": INLINE_LABEL, "valueCoding": {"system": SECURITY_SYSTEM, "code": code}}
+             for code in sorted(site.labels)] + [{"url": METHOD_EXTENSION, "valueCode": method}]
+    for mark in marks:
+        written = mark.get("valueCoding", mark)
+        ctx.generated.add(written, "code" if "valueCoding" in mark else "valueCode")
+    if type(result) is dict:
+        result = dict(result)
+        result["extension"] = [*result.get("extension", []), *marks]
+    elif not el.is_list:
+        site.add_primitive_extensions(marks)
+    return result
 
 
 def _key_writer(node: dict, key: str) -> Callable[[object], None]:
