@@ -3,9 +3,13 @@ reference to them, so that the Bundle stays valid and no reference dangles.
 
 Runs on the record as given, before the rules: references are matched in their original form (fullUrl,
 Type/id, an absolute URL ending in Type/id). A removed reference in a list is dropped; a single one that the
-model requires keeps only a data-absent-reason ("masked"); any other single one is removed.
+model requires (or the last of a required list) keeps only a data-absent-reason ("masked"); any other single one is removed.
 """
 from __future__ import annotations
+
+from functools import lru_cache
+
+from fhir.resources.R4B import get_fhir_model_class
 
 from fhir_transforms.r4.references import LITERAL_RE
 from fhir_transforms.r4.schema import PRIMITIVES, elements, is_resource_type
@@ -70,6 +74,13 @@ def _points_at_removed(reference, gone: set[str]) -> bool:
     return bool(m) and f"{m['type']}/{m['id']}" in gone
 
 
+@lru_cache(maxsize=None)
+def _required(type_name: str, key: str) -> bool:
+    """Whether the model requires an element (a list of 1..*, which schema.Element does not mark)."""
+    fields = get_fhir_model_class(type_name).model_fields
+    return any((f.alias or n) == key and f.is_required() for n, f in fields.items())
+
+
 def _clean(node: dict, type_name: str, gone: set[str]) -> bool:
     """Remove the references to removed entries under `node` (of FHIR type `type_name`); whether any went."""
     changed = False
@@ -83,13 +94,11 @@ def _clean(node: dict, type_name: str, gone: set[str]) -> bool:
             if len(left) == len(items):
                 continue
             changed = True
-            if el.is_list:
-                if left:
-                    node[key] = left
-                else:
-                    del node[key]
-            elif el.required:
-                node[key] = {"extension": [{"url": DATA_ABSENT, "valueCode": "masked"}]}
+            if left:
+                node[key] = left
+            elif el.required or _required(type_name, key):  # a reference the model requires: present, and saying why it is empty
+                absent = {"extension": [{"url": DATA_ABSENT, "valueCode": "masked"}]}
+                node[key] = [absent] if el.is_list else absent
             else:
                 del node[key]
             continue

@@ -292,17 +292,23 @@ def substitute(value, site: Site):
         if key in SUBSTITUTE_KEEPS:
             out[key] = item
         elif isinstance(item, str):
-            out[key] = values.surrogate(site.pseudo, _kind_of(key, options["kind"]), item)
+            out[key] = values.surrogate(site.pseudo, _kind_of(key, options["kind"], value), item)
         elif isinstance(item, list) and all(isinstance(v, str) for v in item):
-            out[key] = [values.surrogate(site.pseudo, _kind_of(key, options["kind"]), v) for v in item]
+            out[key] = [values.surrogate(site.pseudo, _kind_of(key, options["kind"], value), v) for v in item]
     return out
 
 
 SUBSTITUTE_KEEPS = {"use", "system", "type", "rank", "state", "country", "resourceType"}
+CONTACT_KINDS = {"phone": "phone", "fax": "phone", "sms": "phone", "pager": "phone", "email": "email", "url": "url"}
 
 
-def _kind_of(key: str, kind: str) -> str:
-    return key if kind == "name" and key in ("given", "family") else kind
+def _kind_of(key: str, kind: str, value: dict) -> str:
+    """A name's given and family parts get first and last names; a ContactPoint's value the kind its system says."""
+    if kind == "name" and key in ("given", "family"):
+        return key
+    if key == "value" and value.get("system") in CONTACT_KINDS:
+        return CONTACT_KINDS[value["system"]]
+    return kind
 
 
 def _record_original(value, site: Site) -> None:
@@ -312,8 +318,9 @@ def _record_original(value, site: Site) -> None:
         category = category or identifier_category(site.parent)
     if not category:
         return
-    for text in ([value] if isinstance(value, str) else
-                 [v for v in (value.values() if isinstance(value, dict) else ()) if isinstance(v, str)]):
+    texts = [value] if isinstance(value, str) else [
+        v for k, v in (value.items() if isinstance(value, dict) else ()) if isinstance(v, str) and k not in SUBSTITUTE_KEEPS]
+    for text in texts:
         site.record_known(text, category)
 
 

@@ -499,8 +499,8 @@ def _mark(node: dict, key: str, result, el: Element, method: str, site: Site, ct
     if type(result) is dict:
         result = dict(result)
         result["extension"] = [*result.get("extension", []), *marks]
-    elif not el.is_list:
-        site.add_primitive_extensions(marks)
+    elif not el.is_list and site.owner not in R4_ONLY and "_" + key in elements(site.owner):
+        site.add_primitive_extensions(marks)  # (Resource.id has no `_id` in the models: not marked)
     return result
 
 
