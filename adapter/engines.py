@@ -16,8 +16,9 @@ from text_deid.stack import LlmSettings, StackUnavailable, TextStack, build_stac
 
 
 def fhir_engine(key_file: Optional[Path], profile: str, stack: Optional[str], validate: bool, today: Optional[str],
-                llm: Optional[LlmSettings] = None) -> Deidentifier:
-    """The FHIR engine for a key file, a packaged profile, a stack and an optional fixed day (YYYY-MM-DD)."""
+                llm: Optional[LlmSettings] = None, vault_key_file: Optional[Path] = None) -> Deidentifier:
+    """The FHIR engine for a key file, a packaged profile, a stack and an optional fixed day (YYYY-MM-DD); with
+    the vault key when the profile encrypts (`vault_key_file`, else DEID_ADAPTER_VAULT_KEY_FILE)."""
     try:
         key = keys.load_key(key_file)
         prof = load_profile(profile)
@@ -25,7 +26,21 @@ def fhir_engine(key_file: Optional[Path], profile: str, stack: Optional[str], va
         clock = (lambda d=date.fromisoformat(today): d) if today else dates.today
     except (keys.KeyError_, ProfileError, StackUnavailable, ValueError) as e:
         raise SettingsError(str(e)) from e
-    return Deidentifier(prof, Pseudonymizer(key), stack_used, clock, validate)
+    pseudo = Pseudonymizer(key)
+    with_vault_key(pseudo, prof.methods, vault_key_file)
+    return Deidentifier(prof, pseudo, stack_used, clock, validate)
+
+
+def with_vault_key(pseudo: Pseudonymizer, methods: set[str], vault_key_file: Optional[Path] = None) -> None:
+    """Give the `encrypt` method the vault key when a profile's rules use it; SettingsError when there is none.
+    A profile that does not encrypt never reads the vault key."""
+    if "encrypt" not in methods or pseudo.cipher is not None:
+        return
+    try:
+        pseudo.use_vault_key(keys.load_key(vault_key_file or settings.vault_key_file(), "vault"))
+    except keys.KeyError_ as e:
+        raise SettingsError(f"the profile's encrypt rules need the vault key (--vault-key-file or "
+                            f"DEID_ADAPTER_VAULT_KEY_FILE): {e}") from e
 
 
 def text_stack(name: str | None, llm: LlmSettings | None = None) -> TextStack:

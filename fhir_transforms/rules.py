@@ -59,6 +59,11 @@ class Profile:
     remove_entries: tuple[EntryRule, ...] = ()  # Bundle entries removed whole, with the references to them
     plans: dict = field(default_factory=dict, repr=False)  # the walker's per-path plans (fhir_transforms/r4/walker.py)
 
+    @property
+    def methods(self) -> set[str]:
+        """The methods the profile's rules use."""
+        return {r.method for r in self.rules.values()} | {self.default_primitive.method}
+
     def lookup(self, path: str, owner: str, owner_is_resource: bool, element: str, element_type: str) -> Rule | None:
         """The most specific rule for an element: full path, then owner.element, then type (the walker
         caches the answer per path in its plans)."""

@@ -22,6 +22,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from adapter.audit import trail as audit
 from fhir_transforms import keys
+from fhir_transforms.encryption import DecryptionFailed, ValueCipher
 from fhir_transforms.fpe import FormatPreservingCipher, FpeFallback, derive_key, fpe_format
 from adapter import settings
 
@@ -173,6 +174,35 @@ def reidentify(vault: Vault, trail: audit.AuditTrail, pseudonym: str, ring: Sequ
         detail={**detail, "returned": [{"namespace": r.namespace, "key_id": r.key_id, "vault_key_id": r.vault_key_id}
                                        for r in found]})])
     return found
+
+
+def decrypt(trail: audit.AuditTrail, value: str, ring: Sequence[keys.Key], options: dict, *, actor: str,
+            reason: str) -> tuple[str, str]:
+    """The original behind an `encrypt` output, with a vault key of `ring` and the rule's format settings
+    (`format`, and for fpe `alphabet`, `keep_prefix`, `check_digit`); (original, vault key id). The attempt is an
+    audit record (durable) before the original is returned.
+
+    AES-SIV authenticates: a wrong key is refused. FF3-1 does not: a wrong key gives a wrong value, so compare the
+    vault key id this returns with the one the release was made with."""
+    detail = {"value": value, "method": "encrypt", "reason": reason, "settings": dict(sorted(options.items())),
+              "vault_key_ids": sorted(k.key_id for k in ring)}
+    fmt = fpe_format({k: v for k, v in options.items() if k != "format"}) if options.get("format") == "fpe" else None
+    try:
+        if not ring:
+            raise ReidentificationDenied("no vault key given")
+        for key in ring:
+            try:
+                original = ValueCipher(key).decrypt(value, fmt)
+                break
+            except DecryptionFailed as e:
+                problem = str(e)
+        else:
+            raise ReidentificationDenied(problem)
+    except ReidentificationDenied as e:
+        trail.append([audit.AuditEntry("reidentify-denied", actor, "vault", detail={**detail, "denied": str(e)})])
+        raise
+    trail.append([audit.AuditEntry("reidentify", actor, "vault", detail={**detail, "vault_key_id": key.key_id})])
+    return original, key.key_id
 
 
 def reverse_fpe(trail: audit.AuditTrail, pseudonym: str, system: str, pseudonym_key: Optional[keys.Key],

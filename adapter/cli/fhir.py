@@ -45,7 +45,8 @@ def fhir(
     vault_key_file: Optional[Path] = auditing.VaultKeyOpt,
 ) -> None:
     """De-identify FHIR R4 input into OUTPUT. Bad files are reported and skipped; the exit code says so."""
-    engine = fhir_engine(key_file, profile, stack, validate is Validation.full, today, settings.llm(llm_url, llm_model))
+    engine = fhir_engine(key_file, profile, stack, validate is Validation.full, today, settings.llm(llm_url, llm_model),
+                         vault_key_file)
     if input.resolve() == output.resolve():
         fail("OUTPUT must differ from INPUT")
     try:

@@ -17,7 +17,7 @@ from adapter.cli.common import (
     LlmUrl,
     fail,
 )
-from adapter.engines import fhir_engine
+from adapter.engines import fhir_engine, with_vault_key
 from fhir_transforms.errors import InputError, RecordRefused
 from fhir_transforms.hl7v2.engine import HL7Deidentifier
 from fhir_transforms.hl7v2.message import decode_bytes, encode
@@ -51,11 +51,13 @@ def hl7(
     audit_store: Optional[str] = auditing.AuditOpt,
     audit_key_file: Optional[Path] = auditing.AuditKeyOpt,
     actor: Optional[str] = auditing.ActorOpt,
+    vault_key_file: Optional[Path] = auditing.VaultKeyOpt,
 ) -> None:
     """De-identify HL7v2 ER7 messages into OUTPUT. Bad files are reported and skipped; the exit code says so."""
     base = fhir_engine(key_file, profile, stack, False, today, settings.llm(llm_url, llm_model))
     try:
         engine = HL7Deidentifier(load_hl7_profile(profile), base.pseudo, base.stack, base.clock)
+        with_vault_key(base.pseudo, engine.profile.methods, vault_key_file)
     except ProfileError as e:
         fail(str(e))
     if input.resolve() == output.resolve():

@@ -16,7 +16,7 @@ import typer
 from adapter.audit import trail as audit
 from adapter.cli import auditing
 from adapter.cli.common import KeyFile, LlmModel, LlmUrl, fail
-from adapter.engines import fhir_engine
+from adapter.engines import fhir_engine, with_vault_key
 from adapter.mllp import listener as edge
 from fhir_transforms.hl7v2.engine import HL7Deidentifier
 from fhir_transforms.hl7v2.rules import load_hl7_profile
@@ -55,7 +55,9 @@ def _hl7_engine(key_file, profile: str, stack: Optional[str], llm=None) -> Calla
     """The HL7v2 engine the `hl7` command uses, with the same key, profile, stack and LLM options."""
     base = fhir_engine(key_file, profile, stack, False, None, llm)
     try:
-        return HL7Deidentifier(load_hl7_profile(profile), base.pseudo, base.stack, base.clock).deidentify
+        engine = HL7Deidentifier(load_hl7_profile(profile), base.pseudo, base.stack, base.clock)
+        with_vault_key(base.pseudo, engine.profile.methods)
+        return engine.deidentify
     except ProfileError as e:
         fail(str(e))
 

@@ -131,6 +131,14 @@ class HL7Profile:
     _resolved: dict[Rule, Rule | Datatype] = field(default_factory=dict, repr=False)  # by datatype name
     _guard: dict[tuple[str, str, int], tuple[bool, frozenset[int] | None]] = field(default_factory=dict, repr=False)
 
+    @property
+    def methods(self) -> set[str]:
+        """The methods the profile's rules use (in fields, datatypes and their components, observation values)."""
+        rules = [*self.fields.values(), *self.observation_values.values(), self.unknown_segment, self.unlisted_datatype]
+        for dt in self.datatypes.values():
+            rules.extend([*dt.components.values(), dt.default] if isinstance(dt, Datatype) else [dt])
+        return {r.method for r in rules if r.method}
+
     def rule(self, sid: str, n: int, version: str) -> Rule:
         """The rule for field `n` of segment `sid` in a standard version: listed in `fields`, else its
         datatype's in that version, else `unknown_segment` (Z-segments, fields the version does not define)."""
