@@ -101,7 +101,7 @@ def check_options(method: str, options: dict, where: str, engine: str = FHIR) ->
         param = declared.param(name)
         if param is None or engine not in param.engines:
             takes = [p.name for p in declared.params if engine in p.engines]
-            raise ProfileError(f"{where}: {method} takes no setting {name!r} (it takes: {', '.join(takes) or 'none'})")
+            raise ProfileError(f"{where}: {method}: unknown setting {name!r} (it takes: {', '.join(takes) or 'none'})")
         types = JSON_TYPES.get(param.type)
         if types and (not isinstance(value, types) or (bool in types) != isinstance(value, bool)):
             raise ProfileError(f"{where}: {method}: {name} is a{'n' * (param.type[0] in 'aeio')} {param.type}")

@@ -126,5 +126,5 @@ def test_shift_scope(scope, test_key, tmp_path, monkeypatch):
 
 
 def test_marking_is_a_fhir_setting(tmp_path, monkeypatch):
-    with pytest.raises(ProfileError, match="takes no setting 'marking'"):
+    with pytest.raises(ProfileError, match="unknown setting 'marking'"):
         site_profile(tmp_path, monkeypatch, "fields: {PID.8: {method: remove, marking: true}}\n")

@@ -236,7 +236,7 @@ def test_marking_for_the_whole_profile_keeps_the_bundle_valid(test_key, tmp_path
     ("rules:\n  HumanName: {method: substitute}\n", "either value"),
     ("rules:\n  HumanName: {method: substitute, kind: pet}\n", "kind is one of"),
     ("rules:\n  Quantity: {method: perturb}\n", "span"),
-    ("rules:\n  Quantity: {method: perturb, span: 1, rounding: 2}\n", "takes no setting 'rounding'"),
+    ("rules:\n  Quantity: {method: perturb, span: 1, rounding: 2}\n", "unknown setting 'rounding'"),
     ("rules:\n  Quantity: {method: perturb, span: '5'}\n", "span is a number"),
     ("rules:\n  code: {method: generalize, cases: [{to: x}]}\n", "case 1"),
     ("rules:\n  code: {method: generalize, cases: [{value: a, to: b}], otherwise: drop}\n", "otherwise is one of"),
