@@ -280,7 +280,7 @@ def substitute(value, site: Site):
         site.label("REDACTED")
         if not isinstance(fixed, dict):
             site.generated()
-        return marshal_copy(fixed)
+        return copied(fixed)
     site.label("PSEUDED")
     if isinstance(value, str):
         site.generated()
@@ -324,10 +324,10 @@ def _record_original(value, site: Site) -> None:
         site.record_known(text, category)
 
 
-def marshal_copy(value):
+def copied(value):
     """A fixed value of the rules, copied: each output holds its own."""
-    return {k: marshal_copy(v) for k, v in value.items()} if isinstance(value, dict) else (
-        [marshal_copy(v) for v in value] if isinstance(value, list) else value)
+    return {k: copied(v) for k, v in value.items()} if isinstance(value, dict) else (
+        [copied(v) for v in value] if isinstance(value, list) else value)
 
 
 def perturb(value, site: Site):
@@ -373,7 +373,7 @@ def generalize(value, site: Site):
         raise InputError(f"{site.path}: generalize's value does not fit the element (type {site.element.type})")
     if isinstance(found, str):
         site.generated()
-    return marshal_copy(found)
+    return copied(found)
 
 
 def encrypt(value, site: Site):

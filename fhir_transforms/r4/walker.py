@@ -482,13 +482,13 @@ def _transform(node: dict, key: str, value, step: _Step, path: str, container, s
             raise
         raise InputError(f"{path}: {e}") from None
     if marking and site.labels and result is not REMOVE and type(result) is not TextRef:
-        result = _mark(node, key, result, el, rule.method, site, ctx)
+        _mark(key, result, el, rule.method, site, ctx)
     if site.pending_extensions:
         _add_extensions(node, "_" + key, site.pending_extensions)
     return REMOVE if type(result) is dict and not result else result
 
 
-def _mark(node: dict, key: str, result, el: Element, method: str, site: Site, ctx: RecordContext):
+def _mark(key: str, result, el: Element, method: str, site: Site, ctx: RecordContext) -> None:
     """Record on the element what was done: its security label (the DS4P inline label) and the rule's method.
     A primitive in a list is not marked (its `_x` list would have to align); its resource's labels say it."""
     marks = [{"url": INLINE_LABEL, "valueCoding": {"system": SECURITY_SYSTEM, "code": code}}
@@ -497,11 +497,9 @@ def _mark(node: dict, key: str, result, el: Element, method: str, site: Site, ct
         written = mark.get("valueCoding", mark)
         ctx.generated.add(written, "code" if "valueCoding" in mark else "valueCode")
     if type(result) is dict:
-        result = dict(result)
-        result["extension"] = [*result.get("extension", []), *marks]
+        result.setdefault("extension", []).extend(marks)
     elif not el.is_list and site.owner not in R4_ONLY and "_" + key in elements(site.owner):
         site.add_primitive_extensions(marks)  # (Resource.id has no `_id` in the models: not marked)
-    return result
 
 
 def _key_writer(node: dict, key: str) -> Callable[[object], None]:
