@@ -224,8 +224,8 @@ def build_ack(header: Optional[Header], code: str, error: Optional[str] = None, 
         msh9 += f"{comp}ACK"
     now = datetime.now(timezone.utc).strftime("%Y%m%d%H%M%S+0000")
     msh = ["MSH", enc, h(5), h(6), h(3), h(4), now, "", msh9, uuid.uuid4().hex[:20], h(11) or "P", h(12) or version]
-    if header and header.field(18):
-        msh += [""] * (17 - len(msh)) + [h(18)]
+    if header and h(18).split(header.encoding[1:2] or "~")[0].strip().upper() in er7.CHARSETS:
+        msh += [""] * (17 - len(msh)) + [h(18)]  # an unknown one is not copied: the ACK could not agree with it
     segments = [sep.join(msh)]
     control_id = header.control_id if header else ""
     if error is None:
@@ -242,6 +242,15 @@ def build_ack(header: Optional[Header], code: str, error: Optional[str] = None, 
             segments.append(sep.join(["ERR", "", "", comp.join([str(error_code), name, "HL70357"]), "E",
                                       "", "", "", text]))
     return "\r".join(segments) + "\r"
+
+
+def ack_bytes(ack: str) -> bytes:
+    """An ACK's bytes, agreeing with its own MSH-18 as every HL7v2 output does (`er7.write_message`): it copies
+    MSH-3..6 and MSH-18 of the message it answers, which may hold characters its label does not."""
+    try:
+        return er7.write_message(er7.parse_message(ack))
+    except InputError:  # delimiters of a frame that could not be read: no MSH-18 to agree with, ASCII only
+        return ack.encode("ascii", "replace")
 
 
 def read_ack(payload: bytes) -> tuple[str, str]:
@@ -774,11 +783,10 @@ class MllpListener:
             self.stats.rejected += 1
             log.warning("connection %d: bad frame: %s", cid, event.reason)
             header = _header_or_none(event.head) if event.head else None
-            return build_ack(header, "AR", event.reason, event.code).encode("latin-1", "replace")
-        header, codec = None, "latin-1"
+            return ack_bytes(build_ack(header, "AR", event.reason, event.code))
+        header = None
         try:
             decoded = decode_message(event)
-            codec = decoded.codec
             header = parse_header(decoded.text)
             ack = await self._accept(header, decoded, cid, number)
         except NotAccepted as e:
@@ -809,7 +817,7 @@ class MllpListener:
             self.stats.rejected += 1
             log.error("connection %d: message #%d: internal error %s", cid, number, type(e).__name__)
             ack = build_ack(header, "AR", f"internal error ({type(e).__name__}); resend later", 207)
-        return ack.encode(codec, "replace")
+        return ack_bytes(ack)
 
     def _peer(self, cid: int) -> str:
         conn = self._conns.get(cid)
@@ -817,10 +825,8 @@ class MllpListener:
 
     async def _accept(self, header: Header, decoded: er7.Decoded, cid: int = 0, number: int = 0) -> str:
         out = await self.engine(decoded.text)
-        try:  # in the character set the output's MSH-18 names (the engine made it one that holds the text)
-            body, codec = er7.encode(out), er7.output_codec(out)
-        except UnicodeEncodeError:
-            raise InputError("the de-identified message cannot be written in its MSH-18 character set") from None
+        # in the character set the output's MSH-18 names (the engine made it one that holds the text)
+        body, codec = er7.encode(out), er7.output_codec(out)
         out_control_id = parse_header(out).control_id
         # resends are recognized by the output's control id, a keyed pseudonym of (sender, MSH-10): the
         # store never holds the sender's own id
@@ -880,6 +886,13 @@ def allowed(host: str, networks: Sequence[IPNetwork]) -> bool:
 
 
 def _header_or_none(payload: bytes) -> Optional[Header]:
+    """The MSH of a frame that was not accepted, for its NAK: read as UTF-8 where it is, else byte for byte."""
+    try:
+        return parse_header(payload.decode("utf-8"))
+    except UnicodeDecodeError:
+        pass
+    except NotAccepted:
+        return None
     try:
         return parse_header(payload.decode("latin-1"))
     except NotAccepted:
