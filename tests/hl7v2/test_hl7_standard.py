@@ -202,3 +202,29 @@ def test_nm_observation_in_years_is_an_age(deid, unit, value, expected):
     """An NM observation whose unit is years is an age whatever its code: 90 and over becomes 90."""
     out = deid.deidentify(msg("2.5.1", f"OBX|1|NM|99999-9^Some duration^LN||{value}|{unit}"))
     assert field(out, "OBX", 5) == expected
+
+
+# (OBX-2, OBX-3 code, OBX-5, OBX-6, expected OBX-5): ages of 90 years or more become the one category 90+
+AGES = [
+    ("NM", "30525-0", "95", "a^year^UCUM", "90"),        # NM holds no comparator: 90, as FHIR's Age value
+    ("NM", "30525-0", "89", "a^year^UCUM", "89"),
+    ("NM", "21612-7", "1200", "mo^month^UCUM", "1080"),  # 100 years in months: 90 years, in the unit sent
+    ("NM", "21612-7", "100", "mo^month^UCUM", "100"),    # 8 years
+    ("NM", "29553-5", "92", "", "90"),                   # an age code without a unit: years
+    ("SN", "29553-5", "^95", "a^year^UCUM", ">=^90"),    # SN keeps FHIR's comparator: >= 90 a
+    ("SN", "30525-0", ">^89", "a^year^UCUM", ">=^90"),
+    ("SN", "30525-0", "^85^-^95", "a^year^UCUM", ">=^90"),  # a range reaching 90
+    ("SN", "30525-0", "^45", "a^year^UCUM", "^45"),
+    ("ST", "30525-0", "95 years", "", ">=90 years"),
+    ("ST", "21612-7", ">89", "a^year^UCUM", ">=90"),
+    ("ST", "30525-0", "45", "a^year^UCUM", "45"),
+    ("ST", "99999-9", "95", "yr", ">=90"),               # any code, in years: an age
+]
+
+
+@pytest.mark.parametrize("version", ["2.3", "2.5.1", "2.8"])
+@pytest.mark.parametrize("vtype, code, value, unit, expected", AGES)
+def test_ages_over_89_in_nm_sn_st_observations_become_90_plus(deid, version, vtype, code, value, unit, expected):
+    out = deid.deidentify(msg(version, f"OBX|1|{vtype}|{code}^Age^LN||{value}|{unit}"))
+    assert field(out, "OBX", 5) == expected
+    assert field(out, "OBX", 6) == unit
