@@ -349,6 +349,8 @@ def encode(text: str) -> bytes:
     """ER7 output as bytes: each message in the character set its MSH-18 names (after `fit_charset`),
     envelope segments in the one of the message before them (else UTF-8). InputError where a character does
     not fit (the CLI counts it as bad input, MLLP answers AE, HTTP 400): nothing is written with a replacement."""
+    if text.isascii():  # the same bytes in every charset of CHARSETS (all are ASCII-compatible)
+        return text.encode("ascii")
     try:
         return b"\r".join(line.encode(codec) for line, codec in _line_codecs(text))
     except UnicodeEncodeError:
@@ -357,7 +359,7 @@ def encode(text: str) -> bytes:
 
 def write_message(message: Message) -> bytes:
     """A message the caller built (an ACK) as bytes that agree with its MSH-18: `fit_charset`, then `encode`."""
-    fit_charset(message)
+    fit_charset(message)  # keeps an ASCII message as it is
     return encode(message.to_er7())
 
 
