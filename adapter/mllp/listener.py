@@ -750,9 +750,8 @@ class MllpListener:
         try:
             while not self._stopping:
                 if decoder.partial:
-                    async with asyncio.timeout(self.partial_timeout):
-                        data = await reader.read(READ_CHUNK)
-                else:  # no timer for the wait between whole frames
+                    data = await asyncio.wait_for(reader.read(READ_CHUNK), self.partial_timeout)
+                else:  # no timer and no task for the wait between whole frames
                     data = await reader.read(READ_CHUNK)
                 if not data:
                     break
@@ -928,8 +927,7 @@ class MllpTarget:
                 self._decoder = FrameDecoder()
             self._writer.write(frame(item.body))
             await self._writer.drain()
-            async with asyncio.timeout(self.ack_timeout):  # a timer on this task: no task per message
-                answer = await self._read_frame()
+            answer = await asyncio.wait_for(self._read_frame(), self.ack_timeout)
         except (OSError, asyncio.TimeoutError, EOFError, ConnectionError):
             await self.close()
             return RETRY, ""
@@ -1074,12 +1072,9 @@ class Forwarder:
 
 async def _wait(event: asyncio.Event, timeout: float) -> None:
     """Until `event` is set or `timeout` seconds have passed."""
-    if event.is_set():
-        return
     try:
-        async with asyncio.timeout(timeout):
-            await event.wait()
-    except TimeoutError:
+        await asyncio.wait_for(event.wait(), timeout)
+    except asyncio.TimeoutError:
         pass
 
 
