@@ -267,12 +267,18 @@ def create_app(config: ServiceConfig) -> FastAPI:
         except InputError as e:
             raise HttpError(*HTTP_STATUS[InputError], str(e)) from None
 
+        charset = ""
+
         async def work():
+            nonlocal charset
             out = await run(map_errors(deid.deidentify_file_text), text)
-            return None, out.encode()
+            # written as the CLI and MLLP write: in the charset each MSH-18 names, which Content-Type names too
+            data, charset = map_errors(er7.encode)(out), er7.content_charset(out)
+            return None, data
 
         _, output = await audited(request, deid, "hl7v2", raw, work)
-        return respond(200, output, "x-application/hl7-v2+er7"), digest, len(raw)
+        media = "x-application/hl7-v2+er7" + (f"; charset={charset}" if charset else "")
+        return respond(200, output, media), digest, len(raw)
 
     @app.post("/fhir/$de-identify")
     async def fhir_deidentify(request: Request):

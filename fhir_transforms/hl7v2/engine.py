@@ -6,6 +6,7 @@ leak guard over every field of the output → serialize (re-split to check the s
 from __future__ import annotations
 
 import base64
+import math
 import re
 from dataclasses import dataclass, field
 from datetime import date
@@ -33,7 +34,9 @@ RECORDED_TYPES = frozenset({"XPN", "XCN", "PPN", "NDL", "XAD", "XTN", "CX"})
 # what a kept value must hold to hide a date with a time or an offset (`is_calendar_dtm(..., with_time=True)`)
 DATE_TIME_RE = re.compile(r"\d{10}|\d{8}[+-]\d{4}")
 LEAF_SEPARATOR = "\x00"  # between leaves in the leak guard's view of a field: no known form spans two leaves
-OBX_AGE = Rule(method="age90", options={"value": "age"})  # OBX-5 of a numeric age observation
+OBX_AGE = Rule(method="age90", options={"value": "age"})  # OBX-5 of an age observation (`_age`)
+# an ST age: a number with an optional comparator and unit word ("95 years", ">89")
+AGE_TEXT_RE = re.compile(r"\s*(<=|>=|<|>|=)?\s*(\d{1,5}(?:\.\d+)?)\s*([A-Za-z_{}]*)\s*")
 OBX_TEXT = Rule(method="text")  # OBX-5 of a value type the profile does not list
 
 
@@ -115,19 +118,56 @@ class MessageWalk:
     def _rule(self, seg: er7.Segment, n: int) -> Rule:
         if seg.sid == "OBX" and n == 5:
             vtype = self._decoded(seg.get(2).split(self.d.component)[0]).strip().upper()
-            code = self._decoded(seg.get(3).split(self.d.component)[0]).strip()
-            ov = self.profile.observation_values
-            if vtype == "NM" and (code in self.profile.observation_ages or self._in_years(seg)):
-                nm = ov.get("NM")  # a site that perturbs numbers perturbs ages too, and 90 or more still becomes 90
-                return Rule(method="perturb", options={**nm.options, "age": True}) if nm and nm.method == "perturb" \
-                    else OBX_AGE
-            return ov.get(vtype) or ov.get("default") or OBX_TEXT
+            if vtype in self.profile.observation_age_types and self._per_year(seg) is not None:
+                nm = self.profile.observation_values.get("NM")  # a site that perturbs numbers perturbs ages in years too
+                if vtype == "NM" and nm and nm.method == "perturb" and self._per_year(seg) == 1:
+                    return Rule(method="perturb", options={**nm.options, "age": True})
+                return OBX_AGE
+            return self._observation_rule(vtype)
         return self.profile.rule(seg.sid, n, self.version)
 
-    def _in_years(self, seg: er7.Segment) -> bool:
-        """OBX-6 names years (UCUM `a`, or a text unit such as `yr`, `years`): a number in years is ruled as an age."""
+    def _observation_rule(self, vtype: str) -> Rule:
+        ov = self.profile.observation_values
+        return ov.get(vtype) or ov.get("default") or OBX_TEXT
+
+    def _per_year(self, seg: er7.Segment) -> float | None:
+        """How many of its unit make a year, for an OBX that is an age (profile `observation_ages`,
+        `observation_age_units`), else None: a unit of years makes any observation an age; an age code counts
+        in its unit, or in years without one."""
         units = [self._decoded(c).strip().casefold() for c in seg.get(6).split(self.d.component)[:2]]
-        return any(u in self.profile.observation_age_units for u in units if u)
+        per_year = next((self.profile.observation_age_units[u] for u in units if u in self.profile.observation_age_units),
+                        None)
+        if per_year == 1:
+            return 1
+        codes = seg.get(3).split(self.d.repetition)[0].split(self.d.component)
+        if any(self._decoded(codes[i]).strip() in self.profile.observation_ages for i in (0, 3) if i < len(codes)):
+            return per_year or 1
+        return None
+
+    def _age(self, rep: list[list[str]], where: str, seg: er7.Segment) -> None:
+        """OBX-5 of an age observation: 90 years or more becomes the category 90+, in the unit sent (NM `90`,
+        SN `>=^90`, ST `>=90`); younger ages are kept. An ST that is not a number goes through the text stack."""
+        vtype = self._decoded(seg.get(2).split(self.d.component)[0]).strip().upper()
+        per_year = self._per_year(seg)
+        ninety = f"{math.ceil(90 * per_year):d}"
+        if vtype == "SN":
+            values = [self._decoded(c[0]) if c else "" for c in rep] + ["", "", "", ""]
+            numbers = [float(v) for v in (values[1], values[3]) if re.fullmatch(r"\s*\d+(?:\.\d+)?\s*", v)]
+            if any(_over_89(x / per_year, values[0].strip() if i == 0 else "") for i, x in enumerate(numbers)):
+                rep[:] = [[">="], [ninety]]
+            return
+        value = self._decoded(rep[0][0]) if rep and rep[0] else ""
+        m = AGE_TEXT_RE.fullmatch(value)
+        if vtype == "ST" and not m:
+            self.rep(self._observation_rule(vtype), rep, where, seg)
+            return
+        if not m or (vtype == "NM" and m.group(1)):
+            return  # not a number: NM is kept as sent, as any NM
+        word = m.group(3).casefold()
+        per_word = self.profile.observation_age_units.get(word, per_year) if word else per_year
+        if _over_89(float(m.group(2)) / per_word, m.group(1) or ""):
+            written = ninety if vtype == "NM" else f">={math.ceil(90 * per_word):d}" + (f" {m.group(3)}" if word else "")
+            rep[:] = [[er7.escape(written, self.d)]]
 
     def _clears(self, rule: Rule) -> bool:
         """Whether a field rule empties every leaf and records nothing: a plain `remove`, or a datatype
@@ -170,6 +210,8 @@ class MessageWalk:
         return self.profile.resolve(rule)
 
     def rep(self, rule: Rule, rep: list[list[str]], where: str, seg: er7.Segment) -> None:
+        if rule is OBX_AGE:
+            return self._age(rep, where, seg)
         target = self._resolve(rule)
         if isinstance(target, Datatype):
             if target.name in RECORDED_TYPES:
@@ -373,8 +415,6 @@ class MessageWalk:
                      "perturb": _perturb}
 
     def _age90(self, value: str) -> str | None:
-        if re.fullmatch(r"\d{1,3}(?:\.\d+)?", value.strip()):  # an age in years (OBX NM), not a date
-            return "90" if float(value) >= 90 else value
         if dtm_age(value, self.deid.clock()) >= 90:
             return None
         dtm = self._resolve(Rule(type="DTM"))
@@ -655,6 +695,11 @@ def _number_or_text(value: str):
 
 def _hl7_text(value) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _over_89(years: float, comparator: str) -> bool:
+    """An age in the category 90+: 90 years or more, or more than 89 (completed years)."""
+    return years >= 90 or (comparator == ">" and years >= 89)
 
 
 def _plain_remove(target: Rule | Datatype) -> bool:

@@ -118,7 +118,8 @@ class HL7Profile:
     unlisted_datatype: Rule
     observation_values: dict[str, Rule]
     observation_ages: frozenset[str]
-    observation_age_units: frozenset[str]
+    observation_age_types: frozenset[str]
+    observation_age_units: dict[str, float]  # unit → how many make a year
     narrative_types: frozenset[str]
     identifier_remove_types: frozenset[str]
     identifier_categories: dict[str, str]
@@ -246,7 +247,8 @@ def load_hl7_profile(name: str) -> HL7Profile:
         observation_values={k: _rule(v, f"{name}: observation_values.{k}", names)
                             for k, v in doc.get("observation_values", {}).items()},
         observation_ages=frozenset(doc.get("observation_ages", [])),
-        observation_age_units=frozenset(str(u).casefold() for u in doc.get("observation_age_units", [])),
+        observation_age_types=frozenset(doc.get("observation_age_types", [])),
+        observation_age_units={str(u).casefold(): float(y) for u, y in (doc.get("observation_age_units") or {}).items()},
         narrative_types=frozenset(doc.get("narrative_types", ["TX", "FT", "ST"])),
         identifier_remove_types=frozenset(ids.get("remove_types", [])),
         identifier_categories=dict(ids.get("categories", {})),
