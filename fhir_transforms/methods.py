@@ -26,6 +26,9 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     Method("fpe", "identifiers whose shape must hold: format-preserving encryption"),
     Method("zip3", "postal codes: the first three digits, 000 for restricted prefixes"),
     Method("text", "free text: through the text stack"),
+    Method("term", "coded text and facility names: kept, with the record's known identifiers masked; "
+                   "a text with no code beside it (a CodeableConcept.text unlike its codings' displays, an HL7v2 "
+                   "text component without its code) goes through the text stack"),
 )}
 
 
