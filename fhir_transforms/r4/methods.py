@@ -255,6 +255,8 @@ def term(value, site: Site):
         if spans and _one_name_word(value, spans):
             site.generated()  # "White" beside a patient named White: the code's own word, which the guard lets be
             return value
+        if spans:
+            site.label("MASKED")
         return replace.apply(value, spans)
 
     return TextRef([value], build, known_only=True)

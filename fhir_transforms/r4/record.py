@@ -115,7 +115,7 @@ class Deidentifier:
             at[kind] = i + n
             for found in found_in:
                 findings.extend(Finding(pending.path, s) for s in found)
-                if found:
+                if found and not kind:  # a term labels itself: it may keep what was found (`term`)
                     pending.labels.add("MASKED")
             pending.write(pending.ref.build(found_in))
         stamp_all(ctx)

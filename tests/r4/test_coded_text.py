@@ -179,3 +179,14 @@ def test_a_display_whose_target_is_not_told_goes_through_the_stack(flagging):
     obs, = _out(flagging, _observation({"coding": [{"system": LOINC, "code": "8867-4", "display": "Heart rate"}]},
                                        performer=[{"display": "Ward Seven"}]))
     assert obs["performer"][0]["display"] == "[NAME] Seven"
+
+
+def test_a_term_is_labelled_masked_only_when_something_was_masked_in_it(engine):
+    patient = {**PATIENT, "name": [{"family": "White", "given": ["Ann"]}]}
+    race = {"coding": [{"system": "urn:oid:2.16.840.1.113883.6.238", "code": "2106-3", "display": "White"}]}
+    out = engine.deidentify({**patient, "maritalStatus": race}).resource
+    assert "MASKED" not in {c["code"] for c in out["meta"]["security"]}
+    local = {"coding": [{"system": "http://example.org/local", "code": "x1", "display": "Ann White's panel"}]}
+    out = engine.deidentify({**patient, "maritalStatus": local}).resource
+    assert out["maritalStatus"]["coding"][0]["display"] == "[NAME]'s panel"
+    assert "MASKED" in {c["code"] for c in out["meta"]["security"]}
