@@ -85,7 +85,14 @@ METHODS: dict[str, Method] = {m.name: m for m in (
         Param("types", "array", "only identifiers of these type codes (MR, AN, ...); the others get `pseudonym`"),
     )),
     Method("zip3", "postal codes: the first three digits, 000 for restricted prefixes", label="ABSTRED"),
-    Method("text", "free text: through the text stack"),
+    Method("text", "free text: through the text stack", params=(
+        Param("by_target", "object", "Reference.display: the rule of what the reference points to, by resource type "
+              "(\"*\" for any other): {Patient: HumanName, Organization: Organization.name, ...}",
+              engines=frozenset({FHIR})),
+    )),
+    Method("term", "coded text and facility names: kept, with the record's known identifiers masked; "
+                   "a text with no code beside it (a CodeableConcept.text unlike its codings' displays, an HL7v2 "
+                   "text component without its code) goes through the text stack"),
     Method("substitute", "any value: a fixed value, or a keyed surrogate of the same kind (a name for a name)",
            params=(
                Param("value", "any", "the fixed value that replaces every value (label REDACTED)"),

@@ -141,6 +141,19 @@ def _check_method(method: str, options: dict) -> None:
         raise ValueError("shift takes offset_days (one fixed offset) or scope, not both")
 
 
+def _check_by_target(rule: Rule, rules: dict[str, Rule], where: str) -> None:
+    """`by_target` (a Reference.display's rule by what it points to) names, per resource type, rules of the profile."""
+    by_target = rule.options.get("by_target")
+    if by_target is None:
+        return
+    if rule.method != "text" or not isinstance(by_target, dict):
+        raise ProfileError(f"{where}: by_target is a map of resource types to rules, on a `text` rule")
+    for target, key in by_target.items():
+        found = rules.get(key) if isinstance(key, str) else None
+        if found is None or "by_target" in found.options:
+            raise ProfileError(f"{where}: by_target.{target} names no other rule of the profile")
+
+
 @lru_cache(maxsize=None)
 def profile_names(folder: Path) -> frozenset[str]:
     """The profiles a mappings folder holds (its *.yaml names), listed once: a profile is chosen from these
@@ -169,6 +182,8 @@ def load_profile(name: str) -> Profile:
     """Read and check a profile by name; every rule's method must be known."""
     doc = read_profile_file(MAPPINGS, name)
     rules = {path: _rule(spec, f"{name}: {path}") for path, spec in doc.get("rules", {}).items()}
+    for path, rule in rules.items():
+        _check_by_target(rule, rules, f"{name}: {path}")
     ids = doc.get("identifiers", {})
     return Profile(
         name=doc["profile"],

@@ -25,7 +25,7 @@ from fhir_transforms.methods import METHODS, check_implemented
 from fhir_transforms.pseudonym import Pseudonymizer
 from text_deid import leak_guard, replace
 from text_deid.spans import DetectorError, KnownIdentifier, Span
-from text_deid.stack import TextStack
+from text_deid.stack import TextStack, known_identifiers_only
 from fhir_transforms.hl7v2.rules import load_hl7_profile
 
 TEXT_PAYLOAD_SUBTYPES = ("PLAIN", "TEXT", "RTF", "HTML", "XML", "CDA", "X-HL7-CDA-LEVEL-ONE", "SGML", "JSON", "X-RTF")
@@ -38,6 +38,7 @@ OBX_AGE = Rule(method="age90", options={"value": "age"})  # OBX-5 of an age obse
 # an ST age: a number with an optional comparator and unit word ("95 years", ">89")
 AGE_TEXT_RE = re.compile(r"\s*(<=|>=|<|>|=)?\s*(\d{1,5}(?:\.\d+)?)\s*([A-Za-z_{}]*)\s*")
 OBX_TEXT = Rule(method="text")  # OBX-5 of a value type the profile does not list
+CODED_TYPES = frozenset({"CE", "CWE", "CNE"})  # a `term` component of these is coded text only beside its code
 
 
 @dataclass
@@ -48,6 +49,7 @@ class Note:
     parts: list[tuple[list[str], int]] = field(default_factory=list)  # (container, index) of each leaf
     texts: list[str] = field(default_factory=list)
     write: Callable[[Note, list[Span]], None] | None = None
+    known_only: bool = False  # kept text (a term): searched for the message's known identifiers alone
 
     @property
     def text(self) -> str:
@@ -296,6 +298,19 @@ class MessageWalk:
             if holder[j]:
                 self.text(holder, j, where, owner, rep, seg)
 
+    def _term(self, rule: Rule, leaves, where, owner, rep, seg, container) -> None:
+        """Coded text (CE/CWE/CNE 2, 5, 11 beside the code before it) and organisation names (XON-1): kept, and
+        searched for the message's known identifiers alone. A text component without its code is free text."""
+        if owner in CODED_TYPES and not _code_beside(where, rep):
+            return self._text(rule, leaves, where, owner, rep, seg, container)
+        for holder, j in leaves:
+            if holder[j]:
+                decoded = self._decoded(holder[j])
+                if is_calendar_dtm(decoded):  # as in `text`: a date a sender put there gets the date rule
+                    self._as_date(holder, j, decoded, where, owner, rep)
+                else:
+                    self.notes.append(Note(where, [(holder, j)], [decoded], self._write_leaves, known_only=True))
+
     def _remove(self, rule: Rule, leaves, where, owner, rep, seg, container) -> None:
         if "category" in rule.options:
             value = self._decoded(leaves[0][0][leaves[0][1]])
@@ -409,7 +424,7 @@ class MessageWalk:
         return str(noisy)
 
     # Every method of the contract (fhir_transforms/methods.py): a whole leaf set, or each value in turn.
-    LEAF_METHODS = {"keep": _keep, "text": _text, "remove": _remove, "substitute": _substitute,
+    LEAF_METHODS = {"keep": _keep, "text": _text, "remove": _remove, "term": _term, "substitute": _substitute,
                     "generalize": _generalize, "encrypt": _encrypt}
     VALUE_METHODS = {"year": _date, "shift": _date, "age90": _date, "zip3": _zip3, "pseudonym": _keyed, "fpe": _keyed,
                      "perturb": _perturb}
@@ -621,6 +636,7 @@ class HL7Deidentifier:
     pseudo: Pseudonymizer
     stack: TextStack
     clock: Callable[[], date] = dates.today
+    terms: TextStack = field(default_factory=known_identifiers_only)  # what kept coded text is searched with
     # field rules (by identity: the profile's own objects) that empty every leaf, worked out once
     _clears: dict[int, tuple[Rule, bool]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -656,12 +672,14 @@ class HL7Deidentifier:
         walk = MessageWalk(self, message, known)
         walk.run()
         known_ids, guarded = walk.known_identifiers()
-        notes = walk.notes
+        notes = [n for n in walk.notes if not n.known_only]
+        terms = [n for n in walk.notes if n.known_only]
         try:
             found = self.stack.detect_many([n.text for n in notes], known_ids)
+            found += self.terms.detect_many([n.text for n in terms], known_ids) if terms else []
         except DetectorError as e:
             raise RecordRefused(f"{where}: text detector failed: {e}") from None
-        for note, spans in zip(notes, found):
+        for note, spans in zip(notes + terms, found):
             note.write(note, spans)
         walk.remove_kept_identifiers(guarded)
         walk.finish()
@@ -700,6 +718,13 @@ def _hl7_text(value) -> str:
 def _over_89(years: float, comparator: str) -> bool:
     """An age in the category 90+: 90 years or more, or more than 89 (completed years)."""
     return years >= 90 or (comparator == ">" and years >= 89)
+
+
+def _code_beside(where: str, rep) -> bool:
+    """Whether the component (or subcomponent) before a text component at `where` (`...-3.2`) holds a code."""
+    last = where.rsplit(".", 1)[-1] if "." in where.rsplit("-", 1)[-1] else ""
+    i = int(last) if last.isdigit() else 0
+    return i >= 2 and len(rep) >= i - 1 and any(v.strip() and v != '""' for v in rep[i - 2])
 
 
 def _plain_remove(target: Rule | Datatype) -> bool:

@@ -1,6 +1,6 @@
 """HL7v2 profiles (mappings/hl7v2/*.yaml) and the HL7 forms of the shared value functions.
 
-Rules use the FHIR method vocabulary (remove, keep, year, shift, pseudonym, zip3, age90, text); a rule may
+Rules use the FHIR method vocabulary (remove, keep, year, shift, pseudonym, zip3, age90, text, term); a rule may
 also name a datatype whose components have their own rules. Values are transformed by fhir_transforms:
 the one keyed pseudonym, `dates.year_only`/`dates.shift` through the DTM adapter below, `zipcodes.zip3`.
 """

@@ -12,7 +12,7 @@ from fhir_transforms import dates, values, zipcodes
 from fhir_transforms.r4 import references
 from fhir_transforms.errors import InputError
 from fhir_transforms.fpe import FpeFallback, fpe_format, selects
-from fhir_transforms.known import PERSON_REFERENCE_RE, identifier_category
+from fhir_transforms.known import PERSON_TYPES, identifier_category
 from fhir_transforms.methods import check_implemented
 from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.r4.schema import Element, elements
@@ -46,7 +46,9 @@ class Site(Protocol):
     def day_offset(self) -> int: ...
     def scope_key(self) -> str: ...
     def age_limit_year(self) -> int | None: ...
-    def keeps_by_design(self, element: str) -> bool: ...
+    def method_of(self, key: str) -> str: ...
+    def reference_targets(self) -> tuple[str, ...]: ...
+    def apply_rule_of(self, key: str, value): ...
     def removes_identifier(self) -> bool: ...
     def add_primitive_extensions(self, extensions: list[dict]) -> None: ...
     def apply_type_rule(self, value): ...
@@ -69,6 +71,7 @@ class TextRef:
 
     texts: list[str]
     build: Callable[[list[list[Span]]], Any]
+    known_only: bool = False  # kept text (a term): searched for the record's known identifiers alone
 
 
 def remove(value, site: Site):
@@ -230,14 +233,52 @@ def text(value, site: Site):
         return TextRef(narrative.texts, narrative.render)
     if site.element.type == "base64Binary":
         return _attachment_text(value, site)
-    if site.owner == "CodeableConcept" and site.element.name == "text" and site.keeps_by_design("Coding.display") \
-            and value in {c.get("display") for c in site.parent.get("coding") or () if type(c) is dict}:
-        site.generated()  # the display of one of its codings, which the rules keep: not free text
-        return value
-    if site.owner == "Reference" and site.element.name == "display" and PERSON_REFERENCE_RE.match(
-            str(site.parent.get("reference", ""))):
-        site.record_known(value, "NAME")  # "Dr. Ronny Block" on a reference to a Practitioner
+    by_target = site.options.get("by_target")
+    if by_target:  # Reference.display: the rule of what the reference points to, where all it may point to agree
+        targets = site.reference_targets()
+        if targets and all(t in PERSON_TYPES for t in targets):
+            site.record_known(value, "NAME")  # "Dr. Ronny Block" on a reference to a Practitioner
+        rules_of = {by_target.get(t) or by_target.get("*") for t in targets}
+        if len(rules_of) == 1 and None not in rules_of:
+            return site.apply_rule_of(rules_of.pop(), value)
     return TextRef([value], lambda found: replace.apply(value, found[0]))
+
+
+def term(value, site: Site):
+    """Coded text and facility names: kept, except the record's known identifiers, which are masked (a
+    display a clinician typed a patient's name into). A CodeableConcept.text that is none of its codings'
+    displays (in case and spacing) is free text: through the text stack."""
+    if site.owner == "CodeableConcept" and site.element.name == "text" and not _is_a_display(value, site):
+        return TextRef([value], lambda found: replace.apply(value, found[0]))
+
+    def build(found: list[list[Span]]):
+        spans = found[0]
+        if spans and _one_name_word(value, spans):
+            site.generated()  # "White" beside a patient named White: the code's own word, which the guard lets be
+            return value
+        if spans:
+            site.label("MASKED")
+        return replace.apply(value, spans)
+
+    return TextRef([value], build, known_only=True)
+
+
+def _is_a_display(value: str, site: Site) -> bool:
+    """Whether a CodeableConcept.text is one of its codings' displays, which the rules keep as terms too."""
+    if site.method_of("Coding.display") not in ("term", "keep"):
+        return False
+    displays = {_folded(c["display"]) for c in site.parent.get("coding") or ()
+                if type(c) is dict and type(c.get("display")) is str}
+    return _folded(value) in displays
+
+
+def _folded(text: str) -> str:
+    return " ".join(text.split()).casefold()
+
+
+def _one_name_word(value: str, spans: list[Span]) -> bool:
+    """A term of one word that is a word of a person's name: "White", "King" (never a whole name of two words)."""
+    return len(value.split()) == 1 and all(s.category == "NAME" for s in spans)
 
 
 def _attachment_text(value, site: Site):
@@ -403,7 +444,7 @@ def encrypt(value, site: Site):
 # Every method of the contract (fhir_transforms/methods.py), by name.
 METHODS: dict[str, Callable] = {
     "remove": remove, "keep": keep, "year": year, "shift": shift, "pseudonym": pseudonym,
-    "zip3": zip3, "age90": age90, "text": text, "fpe": fpe,
+    "zip3": zip3, "age90": age90, "text": text, "fpe": fpe, "term": term,
     "substitute": substitute, "perturb": perturb, "generalize": generalize, "encrypt": encrypt,
 }
 check_implemented("FHIR R4", METHODS)

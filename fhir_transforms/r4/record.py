@@ -22,10 +22,10 @@ from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.rules import Profile
 from fhir_transforms.r4.schema import elements, is_resource_type
 from fhir_transforms.r4.shapes import R4_ONLY
-from fhir_transforms.r4.walker import RecordContext, WrittenSlots, age_limit, stamp_all, walk_resource
+from fhir_transforms.r4.walker import RecordContext, WrittenSlots, age_limit, stamp_all, walk_record
 from text_deid import leak_guard
 from text_deid.spans import DetectorError, KnownIdentifier, Span
-from text_deid.stack import TextStack
+from text_deid.stack import TextStack, known_identifiers_only
 
 R4_ONLY_PLACEHOLDER = {"resourceType": "Basic", "code": {"text": "an R4 resource type the R4B models lack"}}
 SKIP_KEYS = {"resourceType", "system", "url"}  # structure, not content: codes of terminologies and extension urls
@@ -64,6 +64,7 @@ class Deidentifier:
     stack: TextStack
     clock: Callable[[], date] = dates.today
     validate: bool = True
+    terms: TextStack = field(default_factory=known_identifiers_only)  # what kept coded text is searched with
 
     def deidentify(self, resource: dict, path: str = "", linked: Iterable[KnownIdentifier] = (), *,
                    consume: bool = False, linked_age_limits: Mapping[str, int] | None = None) -> RecordResult:
@@ -97,29 +98,33 @@ class Deidentifier:
                 ctx.age_limits[r.get("id") or ""] = limit
         ctx.known.update(known_ids.collect(members))
         ctx.known.update(linked)
-        walk_resource(doc, path, ctx)
+        walk_record(doc, path, ctx)
         for res, state in ctx.walked:  # entries removed by the entry rules, and references to them
             if id(res) in changed:
                 state.labels.add("REDACTED")
         # sorted by (value, category) as the dataclass orders them, without its generated __lt__
         known = tuple(sorted((k for k in ctx.known if len(k.value.strip()) >= 2), key=_known_order))
 
-        texts = [t for p in ctx.pending for t in p.ref.texts]
+        texts = [t for p in ctx.pending if not p.ref.known_only for t in p.ref.texts]
+        terms = [t for p in ctx.pending if p.ref.known_only for t in p.ref.texts]
         timings: dict[str, float] = {}
         try:
             spans = self.stack.detect_many(texts, known, timings)
+            term_spans = self.terms.detect_many(terms, known) if terms else []
         except DetectorError as e:
             raise DetectorFailed(f"{path}: text detector failed: {e}") from None
         findings: list[Finding] = []
-        i = 0
+        at = {False: 0, True: 0}
         for pending in ctx.pending:
-            found_in = spans[i:i + len(pending.ref.texts)]
+            kind = pending.ref.known_only
+            i, n = at[kind], len(pending.ref.texts)
+            found_in = (term_spans if kind else spans)[i:i + n]
+            at[kind] = i + n
             for found in found_in:
                 findings.extend(Finding(pending.path, s) for s in found)
-                if found:
+                if found and not kind:  # a term labels itself: it may keep what was found (`term`)
                     pending.labels.add("MASKED")
             pending.write(pending.ref.build(found_in))
-            i += len(found_in)
         stamp_all(ctx)
 
         # Most records hold no surviving identifier: search the output's distinct texts first, and work out
@@ -134,7 +139,7 @@ class Deidentifier:
                 validate(doc, path)
             except InputError as e:
                 raise OutputInvalid(f"output failed validation (a bug; nothing written): {e}") from None
-        return RecordResult(doc, findings, len(texts), timings, known)
+        return RecordResult(doc, findings, len(texts) + len(terms), timings, known)
 
 
 def _known_order(k: KnownIdentifier) -> tuple[str, str]:

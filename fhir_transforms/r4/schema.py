@@ -29,6 +29,7 @@ class Element:
     is_list: bool
     required: bool
     required_choice: str = ""  # one type of a required choice (occurrence[x]): its name without the type
+    targets: tuple[str, ...] = ()  # a Reference: the resource types it may point to ("Resource": any)
 
 
 def _type_name(annotation) -> tuple[str, bool]:
@@ -70,8 +71,27 @@ def elements(type_name: str) -> dict[str, Element]:
         key = field.alias or field_name
         name = key.lstrip("_")
         choice = extra.get("one_of_many", "") if extra.get("one_of_many_required") else ""
-        out[key] = Element(name, type_name_, is_list, bool(extra.get("element_required")), choice)
+        out[key] = Element(name, type_name_, is_list, bool(extra.get("element_required")), choice,
+                           tuple(extra.get("enum_reference_types") or ()))
     return out
+
+
+@lru_cache(maxsize=4096)
+def declared_targets(fpath: str) -> tuple[str, ...]:
+    """The resource types the Reference at a FHIR path without indices (`Claim.insurance.coverage`) may point
+    to, as its element declares them; () where the path is not one of the R4B models' Reference elements."""
+    type_name, *names = fpath.split(".")
+    found: Element | None = None
+    for name in names:
+        try:
+            candidates = [e for e in elements(type_name).values() if e.name == name and e.type != "Element"]
+        except (KeyError, ValueError):
+            return ()  # an R4 type the R4B models lack
+        found = next((e for e in candidates if e.type == "Reference"), candidates[0] if candidates else None)
+        if found is None:
+            return ()
+        type_name = found.type
+    return found.targets if found is not None and found.type == "Reference" else ()
 
 
 @lru_cache(maxsize=None)

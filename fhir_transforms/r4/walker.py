@@ -18,7 +18,7 @@ from fhir_transforms.r4.methods import METHODS, REMOVE, TextRef
 from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.rules import Profile, Rule
 from fhir_transforms.known import FULL_DATE_RE
-from fhir_transforms.r4.schema import PRIMITIVES, Element, elements, is_resource_type
+from fhir_transforms.r4.schema import PRIMITIVES, Element, declared_targets, elements, is_resource_type
 from fhir_transforms.r4.shapes import R4_ONLY, datatype_of, primitive_of
 from text_deid.spans import KnownIdentifier
 
@@ -77,6 +77,9 @@ class RecordContext:
     known_seen: set = field(default_factory=set)  # (value, category) already in `known`
     age_limits: dict = field(default_factory=dict)  # patient id → the year they turned 90 (patients aged 90+ only)
     record_key: str = ""  # the record as given (its type and id): `shift` with scope record keys its offset on it
+    targets: dict = field(default_factory=dict)  # fullUrl or #id → resourceType of the record's own resources
+    # id(Reference object) → its reference as written: the walk rewrites it before its display is ruled
+    original_references: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -140,6 +143,8 @@ class Site:
     def rewrite_reference(self, value: str) -> str | None:
         """references.rewrite, once per distinct value in a record, unless each pseudonym issued is reported."""
         pseudo, cache = self.ctx.pseudo, self.ctx.references
+        if self.owner == "Reference":
+            self.ctx.original_references[id(self.parent)] = value
         if pseudo.on_issue is not None:
             self.record_original_ids(value)
             return references.rewrite(value, pseudo)
@@ -175,10 +180,10 @@ class Site:
             return str(self.options.get("release", ""))
         return self.res.patient_id
 
-    def keeps_by_design(self, element: str) -> bool:
-        """Whether the profile keeps `Owner.element` by design (leak_guard.kept_by_design) with a keep rule."""
+    def method_of(self, key: str) -> str:
+        """The method of the rule the profile gives `key` (an element or a type)."""
         profile = self.ctx.profile
-        return element in profile.kept_by_design and profile.rules.get(element, profile.default_primitive).method == "keep"
+        return profile.rules.get(key, profile.default_primitive).method
 
     def age_limit_year(self) -> int | None:
         """The year the person this date belongs to turned 90, if they are 90 or older (else None)."""
@@ -197,6 +202,25 @@ class Site:
     def add_primitive_extensions(self, extensions: list[dict]) -> None:
         self.pending_extensions.extend(extensions)
 
+    def reference_targets(self) -> tuple[str, ...]:
+        """The resource types the Reference holding this element may point to: the one its `reference` or
+        `type` names, else those its element declares (`Claim.insurance.coverage`: Coverage); () for any."""
+        written = self.ctx.original_references.get(id(self.parent), self.parent.get("reference"))
+        found = references.target_type(written, self.parent.get("type"), self.ctx.targets)
+        if found is not None:
+            return (found,) if is_resource_type(found) or found in R4_ONLY else ()
+        declared = declared_targets(self.fpath.rsplit(".", 1)[0])
+        return () if "Resource" in declared else declared
+
+    def apply_rule_of(self, key: str, value):
+        """The value through the rule the profile gives `key` (an element or a type), with that rule's settings."""
+        rule = self.ctx.profile.rules.get(key) or self.ctx.profile.default_primitive
+        options, self.options = self.options, rule.options
+        try:
+            return METHODS[rule.method](value, self)
+        finally:
+            self.options = options
+
     def apply_type_rule(self, value):
         """The rule of the element's type, with that rule's own settings (a `date: shift` rule's offset)."""
         rule = self.ctx.profile.rules.get(self.element.type) or self.ctx.profile.default_primitive
@@ -209,6 +233,12 @@ class Site:
     def walk_into(self, node: dict):
         _walk_complex(node, _plan(self.ctx.profile, self.element.type, self.fpath, False), self.path, self.ctx, self.res)
         return node
+
+
+def walk_record(doc: dict, path: str, ctx: RecordContext) -> None:
+    """Apply the profile to a whole record (a Bundle or a resource), knowing what its references point to."""
+    ctx.targets.update(references.target_types(doc))
+    walk_resource(doc, path, ctx)
 
 
 def walk_resource(res: dict, path: str, ctx: RecordContext, container: ResourceState | None = None) -> None:

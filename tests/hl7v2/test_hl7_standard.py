@@ -63,7 +63,8 @@ CASES = [
     ("PV1|1|I" + "|" * 35 + "^20240301", "PV1", 37, "2024"),          # CM_DLD (2.3) / DLD: its date
     ("PID|1||MRN12345^^^HOSP^MR||Quixote^Donna||19700312|F|||||^PRN^PH^^1^617^5550142", "PID", 13, ""),  # XTN
     ("IN1|1|PLAN^Plan^L|||||||||||||Quixote^Donna", "IN1", 16, ""),  # XPN (insured)
-    ("ORC|NW" + "|" * 20 + "Good Health^L^^^^HOSP&1.2.3&ISO^XX^^^1234", "ORC", 21, ""),  # XON
+    ("ORC|NW" + "|" * 20 + "Good Health^L^^^^HOSP&1.2.3&ISO^XX^^^1234", "ORC", 21, "Good Health"),  # XON: the
+    # facility name kept (the facility rule), its identifier and authority removed
     ("OBX|7|NM|1^x^L||5|mg|||||F", "OBX", 1, "7"),                    # SI
     ("OBX|7|NM|1^x^L||5|mg|||||F", "OBX", 11, "F"),                   # ID
     ("OBX|1|SN|1^x^L||>^100|mg", "OBX", 5, ">^100"),                  # SN (not an age: kept)
