@@ -9,6 +9,7 @@ from typing import Optional
 from fhir_transforms import dates, keys
 from fhir_transforms.errors import SettingsError
 from fhir_transforms.pseudonym import Pseudonymizer
+from fhir_transforms.r4 import versions
 from fhir_transforms.r4.record import Deidentifier
 from fhir_transforms.rules import ProfileError, load_profile
 from adapter import settings
@@ -16,8 +17,9 @@ from text_deid.stack import LlmSettings, StackUnavailable, TextStack, build_stac
 
 
 def fhir_engine(key_file: Optional[Path], profile: str, stack: Optional[str], validate: bool, today: Optional[str],
-                llm: Optional[LlmSettings] = None) -> Deidentifier:
-    """The FHIR engine for a key file, a packaged profile, a stack and an optional fixed day (YYYY-MM-DD)."""
+                llm: Optional[LlmSettings] = None, fhir_version: str = versions.DEFAULT) -> Deidentifier:
+    """The FHIR engine for a key file, a packaged profile, a stack, an optional fixed day (YYYY-MM-DD) and the
+    input's FHIR version (r4, r5 or auto)."""
     try:
         key = keys.load_key(key_file)
         prof = load_profile(profile)
@@ -25,7 +27,7 @@ def fhir_engine(key_file: Optional[Path], profile: str, stack: Optional[str], va
         clock = (lambda d=date.fromisoformat(today): d) if today else dates.today
     except (keys.KeyError_, ProfileError, StackUnavailable, ValueError) as e:
         raise SettingsError(str(e)) from e
-    return Deidentifier(prof, Pseudonymizer(key), stack_used, clock, validate)
+    return Deidentifier(prof, Pseudonymizer(key), stack_used, clock, validate, versions.check(fhir_version))
 
 
 def text_stack(name: str | None, llm: LlmSettings | None = None) -> TextStack:

@@ -1,7 +1,7 @@
 """Profiles: declarative rules read from mappings/fhir/*.yaml, looked up by specificity."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -36,6 +36,20 @@ class Profile:
     modifier_extension_allow: frozenset[str]
     kept_by_design: frozenset[str] = frozenset()  # Owner.element values the leak guard trusts where the rules kept them
     plans: dict = field(default_factory=dict, repr=False)  # the walker's per-path plans (fhir_transforms/r4/walker.py)
+    fhir_version: str = "r4"  # the FHIR version whose models these rules are applied with
+    version_rules: dict = field(default_factory=dict, repr=False)  # version → path → Rule, or None to drop the rule
+    _variants: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def for_version(self, version: str) -> "Profile":
+        """The profile as applied to another FHIR version's models: its `fhir_versions` rules laid over
+        these, with plans of its own (the same element path has other types there)."""
+        if version == self.fhir_version:
+            return self
+        if version not in self._variants:
+            rules = {**self.rules, **self.version_rules.get(version, {})}
+            self._variants[version] = replace(self, rules={p: r for p, r in rules.items() if r is not None},
+                                              fhir_version=version, plans={}, _variants={})
+        return self._variants[version]
 
     def lookup(self, path: str, owner: str, owner_is_resource: bool, element: str, element_type: str) -> Rule | None:
         """The most specific rule for an element: full path, then owner.element, then type (the walker
@@ -109,4 +123,7 @@ def load_profile(name: str) -> Profile:
         extension_allow=frozenset(doc.get("extensions", {}).get("allow", [])),
         modifier_extension_allow=frozenset(doc.get("modifier_extensions", {}).get("allow", [])),
         kept_by_design=frozenset(doc.get("leak_guard", {}).get("kept_by_design", [])),
+        version_rules={version: {path: None if spec is None else _rule(spec, f"{name}: fhir_versions.{version}: {path}")
+                                 for path, spec in (section or {}).get("rules", {}).items()}
+                       for version, section in doc.get("fhir_versions", {}).items()},
     )

@@ -34,6 +34,7 @@ class Site(Protocol):
     fpath: str
     options: Mapping
     pseudo: Pseudonymizer
+    fhir_version: str
 
     def clock(self) -> date: ...
     def label(self, code: str) -> None: ...
@@ -120,9 +121,9 @@ def _mask_date(site: Site):
     choice = site.element.required_choice
     if not choice:
         site.add_primitive_extensions(absent["extension"])
-    elif f"{choice}Period" in elements(site.owner):
+    elif f"{choice}Period" in elements(site.owner, site.fhir_version):
         site.parent[f"{choice}Period"] = {"_start": absent, "_end": absent}
-    elif f"{choice}String" in elements(site.owner):
+    elif f"{choice}String" in elements(site.owner, site.fhir_version):
         site.parent[f"{choice}String"] = "masked"
         site.parent[f"_{choice}String"] = absent
     else:
