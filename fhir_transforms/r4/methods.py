@@ -257,10 +257,11 @@ def _attachment_text(value, site: Site):
         raise InputError(f"{site.path}: attachment {e}") from None
     read = rendered.readings(pieces)
     parent = site.parent
+    size_as_text = elements("Attachment", site.fhir_version)["size"].type == "integer64"  # R5: a JSON string
 
     def build(found: list[list[Span]]) -> str:
         raw = rendered.apply(decoded, rendered.edits(pieces, read, found).get(0, [])).encode(charset)
-        parent["size"] = len(raw)
+        parent["size"] = str(len(raw)) if size_as_text else len(raw)
         parent["hash"] = base64.b64encode(hashlib.sha1(raw).digest()).decode()
         return base64.b64encode(raw).decode()
 
