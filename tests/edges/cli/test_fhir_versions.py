@@ -50,6 +50,7 @@ def test_an_unknown_version_is_a_usage_error(tmp_path, test_key_file):
     proc = run_cli("fhir", str(R5_CASES / "patient-over-89.json"), str(tmp_path / "o.json"), "--fhir-version", "r6",
                    key_file=test_key_file)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "'r6' is not one of" in proc.stderr and "'r5'" in proc.stderr
 
 
 def test_bulk_r5_export(tmp_path, test_key_file):
