@@ -9,6 +9,7 @@ from typing import Optional
 from fhir_transforms import dates, keys
 from fhir_transforms.errors import SettingsError
 from fhir_transforms.pseudonym import Pseudonymizer
+from fhir_transforms.r4 import versions
 from fhir_transforms.r4.record import Deidentifier
 from fhir_transforms.rules import ProfileError, load_profile
 from adapter import settings
@@ -16,9 +17,11 @@ from text_deid.stack import LlmSettings, StackUnavailable, TextStack, build_stac
 
 
 def fhir_engine(key_file: Optional[Path], profile: str, stack: Optional[str], validate: bool, today: Optional[str],
-                llm: Optional[LlmSettings] = None, vault_key_file: Optional[Path] = None) -> Deidentifier:
-    """The FHIR engine for a key file, a packaged profile, a stack and an optional fixed day (YYYY-MM-DD); with
-    the vault key when the profile encrypts (`vault_key_file`, else DEID_ADAPTER_VAULT_KEY_FILE)."""
+                llm: Optional[LlmSettings] = None, vault_key_file: Optional[Path] = None,
+                fhir_version: str = versions.DEFAULT) -> Deidentifier:
+    """The FHIR engine for a key file, a packaged profile, a stack, an optional fixed day (YYYY-MM-DD) and the
+    input's FHIR version (r4, r5 or auto); with the vault key when the profile encrypts (`vault_key_file`, else
+    DEID_ADAPTER_VAULT_KEY_FILE)."""
     try:
         key = keys.load_key(key_file)
         prof = load_profile(profile)
@@ -28,7 +31,7 @@ def fhir_engine(key_file: Optional[Path], profile: str, stack: Optional[str], va
         raise SettingsError(str(e)) from e
     pseudo = Pseudonymizer(key)
     with_vault_key(pseudo, prof.methods, vault_key_file)
-    return Deidentifier(prof, pseudo, stack_used, clock, validate)
+    return Deidentifier(prof, pseudo, stack_used, clock, validate, fhir_version=versions.check(fhir_version))
 
 
 def with_vault_key(pseudo: Pseudonymizer, methods: set[str], vault_key_file: Optional[Path] = None) -> None:

@@ -1,7 +1,7 @@
 """Profiles: declarative rules read from mappings/fhir/*.yaml, looked up by specificity."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -58,6 +58,20 @@ class Profile:
     marking: bool = False  # record on each element a rule changed what was done (a rule's `marking` overrides)
     remove_entries: tuple[EntryRule, ...] = ()  # Bundle entries removed whole, with the references to them
     plans: dict = field(default_factory=dict, repr=False)  # the walker's per-path plans (fhir_transforms/r4/walker.py)
+    fhir_version: str = "r4"  # the FHIR version whose models these rules are applied with
+    version_rules: dict = field(default_factory=dict, repr=False)  # version → path → Rule, or None to drop the rule
+    _variants: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def for_version(self, version: str) -> "Profile":
+        """The profile as applied to another FHIR version's models: its `fhir_versions` rules laid over
+        these, with plans of its own (the same element path has other types there)."""
+        if version == self.fhir_version:
+            return self
+        if version not in self._variants:
+            rules = {**self.rules, **self.version_rules.get(version, {})}
+            self._variants[version] = replace(self, rules={p: r for p, r in rules.items() if r is not None},
+                                              fhir_version=version, plans={}, _variants={})
+        return self._variants[version]
 
     @property
     def methods(self) -> set[str]:
@@ -198,6 +212,9 @@ def load_profile(name: str) -> Profile:
         marking=_flag(doc.get("marking", False), f"{name}: marking"),
         remove_entries=tuple(_entry_rule(spec, f"{name}: entries.remove[{i}]")
                              for i, spec in enumerate((doc.get("entries") or {}).get("remove", []))),
+        version_rules={version: {path: None if spec is None else _rule(spec, f"{name}: fhir_versions.{version}: {path}")
+                                 for path, spec in (section or {}).get("rules", {}).items()}
+                       for version, section in doc.get("fhir_versions", {}).items()},
     )
 
 

@@ -38,6 +38,7 @@ from fhir_transforms.errors import (DetectorFailed, InputError, LeakFound, Outpu
                                     UnknownModifier)
 from fhir_transforms.keys import Key, key_id_for
 from fhir_transforms.pseudonym import Pseudonymizer
+from fhir_transforms.r4 import versions
 from fhir_transforms.r4.record import Deidentifier
 from fhir_transforms.r4.walker import age_limit
 from fhir_transforms.rules import load_profile
@@ -70,13 +71,14 @@ class Settings:
     index_key: bytes = field(repr=False)
     llm: LlmSettings | None = None  # the Ollama endpoint of the LLM stacks
     actor: str = "bulk"  # who the audit records name
+    fhir_version: str = versions.DEFAULT  # r4, r5 or auto (fhir_transforms/r4/versions.py)
 
     def engine(self, stack: TextStack | None = None) -> Deidentifier:
         """The engine these settings describe; `stack`: one already built from them (building one is costly)."""
         day = date.fromisoformat(self.today)
         key = Key(key_id_for(self.secret), self.secret)
         return Deidentifier(load_profile(self.profile), Pseudonymizer(key), stack or text_stack(self.stack, self.llm),
-                            lambda: day, self.validate == "full")
+                            lambda: day, self.validate == "full", fhir_version=self.fhir_version)
 
 
 @dataclass(frozen=True)
@@ -632,8 +634,8 @@ def _join(target: Path, parts: list[Path]) -> None:
 
 
 def run_identity(root: Path, files: list[str], key_id: str, profile: str, stack: str, validate: str,
-                 chunk_bytes: int) -> dict:
+                 chunk_bytes: int, fhir_version: str = versions.DEFAULT) -> dict:
     """What a resumed run must share with the run it resumes: the input files (size, mtime), key id and settings."""
     inputs = [[rel, (root / rel).stat().st_size, (root / rel).stat().st_mtime_ns] for rel in files]
     return {"inputs": inputs, "key_id": key_id, "profile": profile, "stack": stack, "validate": validate,
-            "chunk_bytes": chunk_bytes}
+            "chunk_bytes": chunk_bytes, "fhir_version": fhir_version}

@@ -1,4 +1,4 @@
-"""`deid-adapter fhir`: de-identify FHIR R4 files and folders."""
+"""`deid-adapter fhir`: de-identify FHIR R4 and R5 files and folders."""
 from __future__ import annotations
 
 import hashlib
@@ -14,6 +14,8 @@ from adapter.cli import auditing
 from adapter.cli.common import (
     EXIT_BAD_INPUT,
     EXIT_REFUSED,
+    FhirVersionOpt,
+    FhirVersion,
     KeyFile,
     LlmModel,
     LlmUrl,
@@ -33,9 +35,10 @@ def fhir(
     stack: Optional[str] = StackOpt,
     key_file: Optional[Path] = KeyFile,
     validate: Validation = typer.Option(Validation.full, "--validate",
-                                        help="full: validate every input and output with the R4B models; "
+                                        help="full: validate every input and output with its version's models (R4B's for R4); "
                                              "sample: one record in 20 (trusted bulk input); off: none."),
     today: Optional[str] = typer.Option(None, "--today", help="Reference day for ages (YYYY-MM-DD); default: today."),
+    fhir_version: FhirVersion = FhirVersionOpt,
     llm_url: Optional[str] = LlmUrl,
     llm_model: Optional[str] = LlmModel,
     audit: Optional[str] = auditing.AuditOpt,
@@ -44,9 +47,9 @@ def fhir(
     vault: bool = auditing.VaultFlag,
     vault_key_file: Optional[Path] = auditing.VaultKeyOpt,
 ) -> None:
-    """De-identify FHIR R4 input into OUTPUT. Bad files are reported and skipped; the exit code says so."""
+    """De-identify FHIR R4 or R5 input into OUTPUT. Bad files are reported and skipped; the exit code says so."""
     engine = fhir_engine(key_file, profile, stack, validate is Validation.full, today, settings.llm(llm_url, llm_model),
-                         vault_key_file)
+                         vault_key_file, fhir_version.value)
     if input.resolve() == output.resolve():
         fail("OUTPUT must differ from INPUT")
     try:

@@ -34,6 +34,7 @@ class Site(Protocol):
     fpath: str
     options: Mapping
     pseudo: Pseudonymizer
+    fhir_version: str
 
     def clock(self) -> date: ...
     def label(self, code: str) -> None: ...
@@ -124,9 +125,9 @@ def _mask_date(site: Site):
     choice = site.element.required_choice
     if not choice:
         site.add_primitive_extensions(absent["extension"])
-    elif f"{choice}Period" in elements(site.owner):
+    elif f"{choice}Period" in elements(site.owner, site.fhir_version):
         site.parent[f"{choice}Period"] = {"_start": absent, "_end": absent}
-    elif f"{choice}String" in elements(site.owner):
+    elif f"{choice}String" in elements(site.owner, site.fhir_version):
         site.parent[f"{choice}String"] = "masked"
         site.parent[f"_{choice}String"] = absent
     else:
@@ -298,10 +299,11 @@ def _attachment_text(value, site: Site):
         raise InputError(f"{site.path}: attachment {e}") from None
     read = rendered.readings(pieces)
     parent = site.parent
+    size_as_text = elements("Attachment", site.fhir_version)["size"].type == "integer64"  # R5: a JSON string
 
     def build(found: list[list[Span]]) -> str:
         raw = rendered.apply(decoded, rendered.edits(pieces, read, found).get(0, [])).encode(charset)
-        parent["size"] = len(raw)
+        parent["size"] = str(len(raw)) if size_as_text else len(raw)
         parent["hash"] = base64.b64encode(hashlib.sha1(raw).digest()).decode()
         return base64.b64encode(raw).decode()
 

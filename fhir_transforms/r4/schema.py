@@ -1,4 +1,5 @@
-"""FHIR R4 element types, read once from fhir.resources' R4B models (R4B shares R4's datatypes).
+"""FHIR element types, read once from fhir.resources' models: R4 from the R4B models (R4B shares R4's
+datatypes), R5 from the package's own (R5) models.
 
 The walker needs, for each JSON key of a resource or datatype, the element's FHIR type, whether it
 is a list and whether it is required. Reading that from the model classes (instead of validating
@@ -10,8 +11,11 @@ import typing
 from dataclasses import dataclass
 from functools import lru_cache
 
-from fhir.resources.R4B import get_fhir_model_class
+from fhir.resources import get_fhir_model_class as r5_model_class
+from fhir.resources.R4B import get_fhir_model_class as r4_model_class
 
+FHIR_VERSIONS = ("r4", "r5")
+MODEL_CLASS = {"r4": r4_model_class, "r5": r5_model_class}
 # Primitive annotation class name (fhir_core types) → FHIR primitive type name.
 PRIMITIVES = {
     "Boolean": "boolean", "Integer": "integer", "Integer64": "integer64", "PositiveInt": "positiveInt",
@@ -58,10 +62,15 @@ def _type_name(annotation) -> tuple[str, bool]:
             return name, is_list
 
 
+def model_class(type_name: str, version: str = "r4"):
+    """The fhir.resources model class of a type in a FHIR version (ValueError or KeyError if there is none)."""
+    return MODEL_CLASS[version](type_name)
+
+
 @lru_cache(maxsize=None)
-def elements(type_name: str) -> dict[str, Element]:
+def elements(type_name: str, version: str = "r4") -> dict[str, Element]:
     """JSON key → Element for a resource, datatype or backbone element type name."""
-    model = get_fhir_model_class(type_name)
+    model = model_class(type_name, version)
     out: dict[str, Element] = {}
     for field_name, field in model.model_fields.items():
         if field_name == "fhir_comments":
@@ -95,10 +104,11 @@ def declared_targets(fpath: str) -> tuple[str, ...]:
 
 
 @lru_cache(maxsize=None)
-def is_resource_type(name: str) -> bool:
-    """True for an R4B resource type name (R4-only types such as MedicinalProduct are not known)."""
+def is_resource_type(name: str, version: str = "r4") -> bool:
+    """True for a resource type name of the version's models (for R4, the R4-only types R4B dropped, such as
+    MedicinalProduct, are not known: fhir_transforms/r4/shapes.py)."""
     try:
-        model = get_fhir_model_class(name)
+        model = model_class(name, version)
     except (KeyError, ValueError):
         return False
     return any(base.__name__ == "Resource" for base in model.__mro__)

@@ -163,6 +163,10 @@ class Site:
     def resource_type(self) -> str:
         return self.res.type
 
+    @property
+    def fhir_version(self) -> str:
+        return self.ctx.profile.fhir_version
+
     def day_offset(self) -> int:
         """The rule's fixed `offset_days`, else the keyed offset of its scope (patient, record or release)."""
         options = self.options
@@ -244,12 +248,14 @@ def walk_record(doc: dict, path: str, ctx: RecordContext) -> None:
 def walk_resource(res: dict, path: str, ctx: RecordContext, container: ResourceState | None = None) -> None:
     """Apply the profile to one resource (and, through the walk, to its contained and entry resources)."""
     rtype = res.get("resourceType")
-    if not isinstance(rtype, str) or not (is_resource_type(rtype) or rtype in R4_ONLY):
-        raise InputError(f"{path}: resourceType is missing or not an R4 resource type")
+    version = ctx.profile.fhir_version
+    by_shape = version == "r4" and rtype in R4_ONLY
+    if not isinstance(rtype, str) or not (is_resource_type(rtype, version) or by_shape):
+        raise InputError(f"{path}: resourceType is missing or not an {version.upper()} resource type")
     state = ResourceState(rtype, _patient_of(res, ctx), set(), container=container)
     if rtype == "FamilyMemberHistory":
         state.relative_age_limit = age_limit(_relative_birth(res), ctx.clock())
-    if rtype in R4_ONLY:
+    if by_shape:
         _walk_by_shape(res, rtype, rtype, True, path, ctx, state)
     else:
         _walk_complex(res, _plan(ctx.profile, rtype, rtype, True), path, ctx, state)
@@ -376,7 +382,7 @@ def _plan(profile: Profile, type_name: str, fpath: str, is_resource: bool) -> di
     plan = profile.plans.get(cache_key)
     if plan is None:
         plan = {}
-        for key, el in elements(type_name).items():
+        for key, el in elements(type_name, profile.fhir_version).items():
             sub_fpath = f"{fpath}.{el.name}"
             rule = profile.lookup(sub_fpath, type_name, is_resource, el.name, el.type)
             kept = el.type in PRIMITIVE_TYPES and (rule or profile.default_primitive).method == "keep"
