@@ -53,11 +53,7 @@ def hl7(
     actor: Optional[str] = auditing.ActorOpt,
 ) -> None:
     """De-identify HL7v2 ER7 messages into OUTPUT. Bad files are reported and skipped; the exit code says so."""
-    base = fhir_engine(key_file, profile, stack, False, today, settings.llm(llm_url, llm_model))
-    try:
-        engine = HL7Deidentifier(load_hl7_profile(profile), base.pseudo, base.stack, base.clock)
-    except ProfileError as e:
-        fail(str(e))
+    # the arguments first, the models last: a wrong argument is answered before a model loads
     if input.resolve() == output.resolve():
         fail("OUTPUT must differ from INPUT")
     try:
@@ -66,6 +62,12 @@ def hl7(
         fail(str(e))
     if not inputs:
         fail(f"{input}: no .hl7, .txt or .er7 files")
+    try:
+        rules = load_hl7_profile(profile)
+    except ProfileError as e:
+        fail(str(e))
+    base = fhir_engine(key_file, profile, stack, False, today, settings.llm(llm_url, llm_model))
+    engine = HL7Deidentifier(rules, base.pseudo, base.stack, base.clock)
     trail = auditing.open_trail(audit_store, audit_key_file)
     who = {"actor": actor or audit.default_actor(), "channel": "cli", "data_format": "hl7v2"}
     single = input.is_file()
