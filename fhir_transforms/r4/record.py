@@ -10,9 +10,6 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Callable, Iterable, Iterator, Mapping
 
-from pydantic import ValidationError
-
-from fhir.resources.R4B import get_fhir_model_class
 from fhir_transforms import dates, known as known_ids
 from fhir_transforms.r4 import rendered
 from fhir_transforms.errors import DetectorFailed, InputError, LeakFound, OutputInvalid
@@ -154,6 +151,9 @@ def validate(resource: dict, path: str) -> None:
     if rtype == "Bundle" and any(_is_r4_only(e) for e in resource.get("entry", []) or []):
         resource = {**resource, "entry": [{**e, "resource": R4_ONLY_PLACEHOLDER} if _is_r4_only(e) else e
                                           for e in resource["entry"]]}
+    from fhir.resources.R4B import get_fhir_model_class  # the models load with the first validation, not before
+    from pydantic import ValidationError
+
     try:
         get_fhir_model_class(rtype).model_validate(resource)
     except (KeyError, ValueError, TypeError) as e:
