@@ -50,6 +50,8 @@ def fhir(
         fail("OUTPUT must differ from INPUT")
     try:
         inputs = fhir_files.list_inputs(input)
+        if validate is Validation.full:
+            fhir_files.check_validation_size(inputs)
     except InputError as e:
         fail(str(e))
     single = input.is_file()
