@@ -25,8 +25,8 @@ def fhir_engine(key_file: Optional[Path], profile: str, stack: Optional[str], va
     try:
         key = keys.load_key(key_file)
         prof = load_profile(profile)
-        stack_used = text_stack(stack, llm)
         clock = (lambda d=date.fromisoformat(today): d) if today else dates.today
+        stack_used = text_stack(stack, llm)  # last: a stack with a model takes seconds to build
     except (keys.KeyError_, ProfileError, StackUnavailable, ValueError) as e:
         raise SettingsError(str(e)) from e
     pseudo = Pseudonymizer(key)

@@ -12,13 +12,11 @@ import base64
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Optional, Sequence
+from functools import lru_cache
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from sqlalchemy import Column, Index, Integer, MetaData, String, Table, Text, UniqueConstraint, select
-from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.exc import SQLAlchemyError
 
 from adapter.audit import trail as audit
 from fhir_transforms import keys
@@ -26,24 +24,33 @@ from fhir_transforms.encryption import DecryptionFailed, ValueCipher
 from fhir_transforms.fpe import FormatPreservingCipher, FpeFallback, derive_key, fpe_format
 from adapter import settings
 
+if TYPE_CHECKING:
+    from sqlalchemy import Table
+
 VAULT_ENV = "DEID_ADAPTER_VAULT"
 VAULT_KEY_ENV = "DEID_ADAPTER_VAULT_KEY_FILE"
 SEEN_LIMIT = 1_000_000  # pseudonyms this process remembers as stored, to skip re-inserting them
 
-metadata = MetaData()
-entries = Table(
-    "deid_vault_entry", metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("pseudonym", String(80), nullable=False),
-    Column("namespace", Text, nullable=False),
-    Column("key_id", String(40), nullable=False),  # the pseudonym key that issued it
-    Column("vault_key_id", String(40), nullable=False),
-    Column("nonce", String(24), nullable=False),
-    Column("ciphertext", Text, nullable=False),
-    Column("created", String(40), nullable=False),
-    UniqueConstraint("key_id", "namespace", "pseudonym", name="deid_vault_entry_issued"),
-    Index("deid_vault_entry_pseudonym", "pseudonym"),
-)
+
+
+@lru_cache(maxsize=None)
+def entries() -> Table:
+    """The vault's table. SQLAlchemy is imported here, when a vault is opened (a run without --vault never loads it)."""
+    import sqlalchemy as sa
+
+    return sa.Table(
+        "deid_vault_entry", sa.MetaData(),
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+        sa.Column("pseudonym", sa.String(80), nullable=False),
+        sa.Column("namespace", sa.Text, nullable=False),
+        sa.Column("key_id", sa.String(40), nullable=False),  # the pseudonym key that issued it
+        sa.Column("vault_key_id", sa.String(40), nullable=False),
+        sa.Column("nonce", sa.String(24), nullable=False),
+        sa.Column("ciphertext", sa.Text, nullable=False),
+        sa.Column("created", sa.String(40), nullable=False),
+        sa.UniqueConstraint("key_id", "namespace", "pseudonym", name="deid_vault_entry_issued"),
+        sa.Index("deid_vault_entry_pseudonym", "pseudonym"),
+    )
 
 
 class VaultError(RuntimeError):
@@ -83,9 +90,11 @@ class Vault:
         self._aead = AESGCM(vault_key.secret) if vault_key else None
         self.pending: dict[tuple[str, str, str], str] = {}
         self.seen: set[tuple[str, str, str]] = set()
+        from sqlalchemy.exc import SQLAlchemyError
+
         try:
             with self.engine.begin() as conn:
-                audit.create_tables(conn, metadata)
+                audit.create_tables(conn, entries().metadata)
         except SQLAlchemyError as e:
             raise VaultError(f"vault store {self.display_url}: {type(e).__name__}") from None
 
@@ -115,10 +124,13 @@ class Vault:
             rows.append({"pseudonym": pseudonym, "namespace": namespace, "key_id": key_id,
                          "vault_key_id": self.vault_key.key_id, "nonce": base64.b64encode(nonce).decode(),
                          "ciphertext": base64.b64encode(sealed).decode(), "created": now})
+        from sqlalchemy.dialects import postgresql, sqlite
+        from sqlalchemy.exc import SQLAlchemyError
+
         dialect = postgresql if self.engine.dialect.name == "postgresql" else sqlite
         try:
             with self.engine.begin() as conn:
-                conn.execute(dialect.insert(entries).on_conflict_do_nothing(), rows)
+                conn.execute(dialect.insert(entries()).on_conflict_do_nothing(), rows)
         except SQLAlchemyError as e:
             raise VaultError(f"vault store {self.display_url}: {type(e).__name__}") from None
         if len(self.seen) > SEEN_LIMIT:
@@ -132,12 +144,15 @@ class Vault:
 
     def reidentify(self, pseudonym: str, ring: Sequence[keys.Key]) -> list[Relink]:
         """The originals behind `pseudonym`, decrypted with a vault key of `ring`; ReidentificationDenied otherwise."""
+        import sqlalchemy as sa
+
+        table = entries()
         by_id = {k.key_id: k for k in ring}
         try:
             with self.engine.connect().execution_options(audit_read=True) as conn, conn.begin():
-                rows = conn.execute(select(entries).where(entries.c.pseudonym == pseudonym)
-                                    .order_by(entries.c.id)).all()
-        except SQLAlchemyError as e:
+                rows = conn.execute(sa.select(table).where(table.c.pseudonym == pseudonym)
+                                    .order_by(table.c.id)).all()
+        except sa.exc.SQLAlchemyError as e:
             raise VaultError(f"vault store {self.display_url}: {type(e).__name__}") from None
         if not rows:
             raise ReidentificationDenied("pseudonym not in the vault")

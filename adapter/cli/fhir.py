@@ -48,12 +48,13 @@ def fhir(
     vault_key_file: Optional[Path] = auditing.VaultKeyOpt,
 ) -> None:
     """De-identify FHIR R4 or R5 input into OUTPUT. Bad files are reported and skipped; the exit code says so."""
-    engine = fhir_engine(key_file, profile, stack, validate is Validation.full, today, settings.llm(llm_url, llm_model),
-                         vault_key_file, fhir_version.value)
+    # the arguments first, the models last: a wrong argument is answered before a model loads
     if input.resolve() == output.resolve():
         fail("OUTPUT must differ from INPUT")
     try:
         inputs = fhir_files.list_inputs(input)
+        if validate is Validation.full:
+            fhir_files.check_validation_size(inputs)
     except InputError as e:
         fail(str(e))
     single = input.is_file()
@@ -61,6 +62,8 @@ def fhir(
         fail(f"{input}: no .json or .ndjson files")
     if not single and output.exists() and not output.is_dir():
         fail(f"{output}: exists and is not a folder (INPUT is a folder)")
+    engine = fhir_engine(key_file, profile, stack, validate is Validation.full, today, settings.llm(llm_url, llm_model),
+                         vault_key_file, fhir_version.value)
     root = output if output.is_dir() or not single else None  # a folder written into: no link may lead out of it
     account = auditing.open_session(engine, "fhir", audit, audit_key_file, actor, vault, vault_key_file)
     counts = {"written": 0, "bad_input": 0, "refused": 0, "skipped": 0, "resources": 0, "refused_lines": 0}

@@ -18,7 +18,7 @@ from adapter.cli.common import (
     fail,
 )
 from adapter.engines import fhir_engine, with_vault_key
-from fhir_transforms.errors import InputError, RecordRefused
+from fhir_transforms.errors import InputError, RecordRefused, SettingsError
 from fhir_transforms.hl7v2.engine import HL7Deidentifier
 from fhir_transforms.hl7v2.message import decode_bytes, encode
 from fhir_transforms.hl7v2.rules import load_hl7_profile
@@ -54,12 +54,7 @@ def hl7(
     vault_key_file: Optional[Path] = auditing.VaultKeyOpt,
 ) -> None:
     """De-identify HL7v2 ER7 messages into OUTPUT. Bad files are reported and skipped; the exit code says so."""
-    base = fhir_engine(key_file, profile, stack, False, today, settings.llm(llm_url, llm_model))
-    try:
-        engine = HL7Deidentifier(load_hl7_profile(profile), base.pseudo, base.stack, base.clock)
-        with_vault_key(base.pseudo, engine.profile.methods, vault_key_file)
-    except ProfileError as e:
-        fail(str(e))
+    # the arguments first, the models last: a wrong argument is answered before a model loads
     if input.resolve() == output.resolve():
         fail("OUTPUT must differ from INPUT")
     try:
@@ -68,6 +63,16 @@ def hl7(
         fail(str(e))
     if not inputs:
         fail(f"{input}: no .hl7, .txt or .er7 files")
+    try:
+        rules = load_hl7_profile(profile)
+    except ProfileError as e:
+        fail(str(e))
+    base = fhir_engine(key_file, profile, stack, False, today, settings.llm(llm_url, llm_model))
+    engine = HL7Deidentifier(rules, base.pseudo, base.stack, base.clock)
+    try:
+        with_vault_key(base.pseudo, engine.profile.methods, vault_key_file)
+    except SettingsError as e:
+        fail(str(e))
     trail = auditing.open_trail(audit_store, audit_key_file)
     who = {"actor": actor or audit.default_actor(), "channel": "cli", "data_format": "hl7v2"}
     single = input.is_file()

@@ -10,8 +10,6 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Callable, Iterable, Iterator, Mapping
 
-from pydantic import ValidationError
-
 from fhir_transforms import dates, known as known_ids
 from fhir_transforms.r4 import rendered, versions
 from fhir_transforms.r4.entries import remove_entries
@@ -172,6 +170,8 @@ def validate(resource: dict, path: str, version: str = versions.DEFAULT) -> None
     if version == "r4" and rtype == "Bundle" and any(_is_r4_only(e) for e in resource.get("entry", []) or []):
         resource = {**resource, "entry": [{**e, "resource": R4_ONLY_PLACEHOLDER} if _is_r4_only(e) else e
                                           for e in resource["entry"]]}
+    from pydantic import ValidationError  # pydantic loads with the first validation, not before
+
     name = version.upper()
     try:
         model_class(rtype, version).model_validate(resource)
