@@ -43,7 +43,7 @@ lane ln boulevard blvd highway hwy county city town township village state state
 north south east west northern southern eastern western new san santa los las fort ft port park valley beach
 springs spring island bay hills hill heights regional community children childrens women womens mercy
 sacred providence baptist methodist presbyterian lutheran adventist christian jewish catholic kaiser mayo
-veterans va affairs national federal united american home place building residence apartment farm office
+veterans va affairs national federal united american place building residence apartment farm office
 mr mrs ms miss mx prof doctor nurse patient pt named name""".split())
 SOURCES = {
     "icd10cm": "ICD-10-CM tabular list, April 2026 (CDC/NCHS; public domain), from the simple-icd-10-cm "

@@ -22,6 +22,7 @@ import mappings
 from text_deid.spans import Span
 
 VOCABULARY = Path(mappings.__file__).resolve().parent / "data" / "clinical-vocabulary.tsv.gz"
+CURATED = VOCABULARY.parent / "clinical-vocabulary-curated.txt"  # an input of the build, read by the note generator
 CATEGORIES = frozenset({"NAME", "GEOGRAPHIC_LOCATION"})
 WORD_RE = re.compile(r"[A-Za-z0-9]+(?:-[A-Za-z0-9]+)*")
 CONNECTIVES = frozenset({"of", "and", "the", "in", "for", "to", "with", "on", "&"})
@@ -30,11 +31,11 @@ TITLES = r"(?:Dr|Drs|Mr|Mrs|Ms|Miss|Mx|Prof|Doctor|Professor|Nurse|Sister|Rev)\.
 STRONG_CONTEXT_RE = re.compile(
     rf"(?:\b{TITLES}|\b(?:named|called|name\s+is|surname|née)"
     r"|\b(?:lives?|lived|living|resides?|resided|residing|born|raised|moved|relocated|travel(?:l)?ed|returned|"
-    r"emigrated|immigrated|seen|treated|hospitali[sz]ed|admitted|transferred|works?|worked)\s+(?:in|at|to|from|near)"
-    r"|\b(?:resident|native|citizen)\s+of|\bhometown(?:\s+of|\s+is)?|\bfrom)\s+(?:the\s+)?$", re.IGNORECASE)
+    r"emigrated|immigrated|works?|worked)\s+(?:in|at|to|from|near)|\b(?:seen|treated|evaluated)\s+at"
+    r"|\b(?:resident|native|citizen)\s+of|\bhometown(?:\s+of|\s+is)?)\s+(?:the\s+)?$", re.IGNORECASE)
 # Before a span of words that are also names or places: a weaker cue is enough.
 WEAK_CONTEXT_RE = re.compile(
-    r"\b(?:by|per|pt|patient|pt\.|contact|in|at|near|to|via|with|cc|attn|attending|provider|son|daughter|"
+    r"\b(?:by|per|pt|patient|pt\.|contact|in|at|near|to|from|via|with|cc|attn|attending|provider|son|daughter|"
     r"wife|husband|mother|father|sister|brother)[:,]?\s+(?:the\s+)?$", re.IGNORECASE)
 # After a span: a credential or a person's role marks a person.
 PERSON_AFTER_RE = re.compile(r"^,?\s*(?:MD|M\.D\.|DO|RN|NP|PA|PA-C|PhD|FNP|CNM|DDS|PharmD)\b|^['’]s\s+(?:wife|husband|"
