@@ -24,6 +24,8 @@ from text_deid.spans import Span
 VOCABULARY = Path(mappings.__file__).resolve().parent / "data" / "clinical-vocabulary.tsv.gz"
 CURATED = VOCABULARY.parent / "clinical-vocabulary-curated.txt"  # an input of the build, read by the note generator
 CATEGORIES = frozenset({"NAME", "GEOGRAPHIC_LOCATION"})
+# the model's guesses of these that are only clinical words ("umol" as an e-mail, "DM2" as an identifier)
+MODEL_SLIP_CATEGORIES = frozenset({"EMAIL_ADDRESS", "PHONE_NUMBER", "FAX_NUMBER", "UNIQUE_IDENTIFIER"})
 WORD_RE = re.compile(r"[A-Za-z0-9]+(?:-[A-Za-z0-9]+)*")
 CONNECTIVES = frozenset({"of", "and", "the", "in", "for", "to", "with", "on", "&"})
 TITLES = r"(?:Dr|Drs|Mr|Mrs|Ms|Miss|Mx|Prof|Doctor|Professor|Nurse|Sister|Rev)\.?"
@@ -120,8 +122,8 @@ def is_clinical_term(text: str, span: Span) -> bool:
     words = _words(covered)
     if not words:
         return False
-    if span.category not in CATEGORIES:  # the model's "email" or "phone" that is a unit or a lab ("umol")
-        return (span.detector == "ner" and not any(c.isdigit() or c == "@" for c in covered)
+    if span.category not in CATEGORIES:  # a word with a digit counts only as a word of the vocabulary ("dm2")
+        return (span.category in MODEL_SLIP_CATEGORIES and span.detector == "ner" and "@" not in covered
                 and all(vocab.is_word(w) for w in words))
     content = [w for w in words if w not in CONNECTIVES]
     last = content[-1] if content else ""

@@ -43,6 +43,9 @@ def test_vocabulary_loads_once_and_records_its_sources():
     ("Glasgow Coma Scale of 8 on arrival.", "Glasgow", "GEOGRAPHIC_LOCATION"),
     ("Results of the SPRINT trial for BP targets?", "SPRINT", "NAME"),
     ("Heart Failure clinic note.", "Heart Failure", "NAME"),
+    ("Latest recs for pt w/ RA, seen last month.", "RA", "NAME"),
+    ("Serum creatinine ((umol/L)", "umol", "EMAIL_ADDRESS"),
+    ("73F w/ hx of CHF & DM2, on insulin.", "DM2", "UNIQUE_IDENTIFIER"),
 ])
 def test_a_clinical_term_is_no_name_or_place(text, part, category):
     span = span_over(text, part, category)
@@ -59,6 +62,8 @@ def test_a_clinical_term_is_no_name_or_place(text, part, category):
     ("John Smith test results are back.", "John Smith", "NAME"),
     ("Amy Heart was seen today.", "Amy Heart", "NAME"),
     ("Kidney, MD, signed the note.", "Kidney", "NAME"),
+    ("Write to anemia.clinic@example.org today.", "anemia.clinic@example.org", "EMAIL_ADDRESS"),
+    ("Admitted in March for CHF.", "March", "DATE"),
 ])
 def test_context_that_marks_a_person_or_place_keeps_the_span(text, part, category):
     span = span_over(text, part, category)
