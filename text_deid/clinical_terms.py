@@ -44,17 +44,19 @@ PERSON_AFTER_RE = re.compile(r"^,?\s*(?:MD|M\.D\.|DO|RN|NP|PA|PA-C|PhD|FNP|CNM|D
                              r"son|daughter|mother|father|family|home|house|office)\b")
 TITLE_START_RE = re.compile(rf"^{TITLES}\s")
 POSSESSIVE_RE = re.compile(r"(?:['’]s|s['’]|['’])(?=\W|$)")
-NEXT_WORD_RE = re.compile(r"^(?:['’]s|s['’]|['’])?[\s-]+([A-Za-z][A-Za-z0-9]*(?:-[A-Za-z0-9]+)*)(?:['’]s)?")
+NEXT_WORD_RE = re.compile(r"^(?:['’]s|s['’]|['’])?([\s-]+)([A-Za-z][A-Za-z0-9]*)(?:['’]s)?")
 MAX_WORDS_BEFORE_HEAD = 3
 # Suffixes of clinical words the vocabulary may lack in this form ("Echocardiography" beside "echocardiogram");
 # no Census name ends in one (-aitis is a Lithuanian surname ending).
 CLINICAL_SUFFIX_RE = re.compile(r"^[a-z]{3,}(?:ectomy|otomy|ostomy|plasty|scopy|graphy|itis|aemia|emia|uria|algia|"
                                 r"pathy|plasia|ology|ologist|iatric|iatry|ectasis|megaly|penia|cytosis|rrhea|rrhoea|"
                                 r"oscopic|ographic)$")
-# after a name of two words or more, only these heads make it a term ("John Smith test results" stays a name)
-NAME_HEADS = frozenset({"syndrome", "syndromes", "disease", "diseases", "sign", "reflex", "criteria", "classification",
-                        "scale", "score", "palsy", "phenomenon", "maneuver", "manoeuvre", "procedure", "trial",
-                        "lymphoma", "sarcoma", "carcinoma", "tumor", "tumour", "fracture", "triad"})
+# after a name of two words or more or a place, only these heads make it a term ("John Smith test results" stays
+# a name, "Boston equation" a place)
+STRICT_HEADS = frozenset({"rule", "rules", "fever", "virus", "questionnaire", "index", "staging", "syndrome",
+                          "syndromes", "disease", "diseases", "sign", "reflex", "criteria", "classification",
+                          "scale", "score", "palsy", "phenomenon", "maneuver", "manoeuvre", "procedure", "trial",
+                          "lymphoma", "sarcoma", "carcinoma", "tumor", "tumour", "fracture", "triad"})
 
 
 @dataclass(frozen=True)
@@ -99,17 +101,18 @@ def marks_person_or_place(text: str, span: Span, weak: bool) -> bool:
 
 
 def _head_follows(text: str, end: int, heads: frozenset[str]) -> bool:
-    """A head word after `end`, perhaps after a few capitalized or clinical words ("Coma Scale")."""
+    """A head word after `end`, perhaps after a few capitalized clinical words ("Glasgow Coma Scale") or
+    hyphen-joined eponyms ("Glasgow-Blatchford score")."""
     vocab = vocabulary()
     rest = text[end:end + 80]
     for _ in range(MAX_WORDS_BEFORE_HEAD + 1):
         m = NEXT_WORD_RE.match(rest)
         if not m:
             return False
-        word = m.group(1)
+        joint, word = m.group(1), m.group(2)
         if word.lower() in heads:
             return True
-        if not (word[0].isupper() or vocab.is_word(word.lower())):
+        if not (word[0].isupper() and (joint == "-" or vocab.is_word(word.lower()))):
             return False
         rest = rest[m.end():]
     return False
@@ -132,7 +135,7 @@ def is_clinical_term(text: str, span: Span) -> bool:
     if content and all(vocab.is_word(w) for w in content):
         weak = any(w in vocab.ambiguous for w in content)
         return not marks_person_or_place(text, span, weak=weak)
-    several_words = span.category == "NAME" and len(content) > 1
-    if _head_follows(text, span.end, NAME_HEADS if several_words else vocab.heads):
+    strict = span.category != "NAME" or len(content) > 1
+    if _head_follows(text, span.end, STRICT_HEADS if strict else vocab.heads):
         return not marks_person_or_place(text, span, weak=False)
     return False
