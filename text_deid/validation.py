@@ -3,6 +3,10 @@
 * Medical look-alikes (`data/medical_lookalikes.txt`): a gazetteer or NER span that is only an eponym,
   drug or device ("Parkinson", "Foley", "Lasix"), or lies inside a clinical phrase ("Wells score",
   "New York Heart Association"), is dropped unless the text gives it name context ("Dr. Parkinson").
+* Clinical terms (`clinical_terms.py`, the clinical vocabulary under `mappings/data/`): a name or place span
+  that is a clinical word ("Hemoglobin", "Cardiology") or an eponym or place before a clinical head word
+  ("Lynch syndrome", "Glasgow Coma Scale") is dropped unless the text marks a person or place ("Dr.",
+  "lives in", "seen at").
 * Common words: a span that is one lowercase word of the name stop list (`data/name_stop_words.txt`:
   "of", "our", "month", "clinic") is a model's slip at the edge of a real span, not PHI.
 * Sources of guidance: a location span that names a hospital as the source of a guideline or study
@@ -21,6 +25,7 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
+from text_deid.clinical_terms import is_clinical_term, marks_person_or_place
 from text_deid.detectors.gazetteer import SOURCE_AFTER_RE, SOURCE_CUE_RE
 from text_deid.spans import Span
 
@@ -81,8 +86,9 @@ def has_name_context(text: str, span: Span) -> bool:
 
 
 def is_lookalike(text: str, span: Span, regions: list[tuple[int, int]]) -> bool:
-    """The span is a medical term on its own, or lies inside a clinical phrase, and has no name context."""
-    if has_name_context(text, span):
+    """The span is a medical term on its own, or lies inside a clinical phrase, and has no name or place
+    context ("Dr. Parkinson", "lives in Glasgow")."""
+    if has_name_context(text, span) or marks_person_or_place(text, span, weak=False):
         return False
     covered = POSSESSIVE_RE.sub("", text[span.start:span.end].strip()).lower()
     if covered in lookalikes().alone or all(w in lookalikes().alone for w in re.split(r"[\s-]+", covered) if w):
@@ -137,7 +143,7 @@ def validate(spans: list[Span], text: str) -> list[Span]:
         return list(spans)
     regions = [(m.start(), m.end()) for m in lookalikes().phrases.finditer(text)]
     others = [s for s in others if not (is_lookalike(text, s, regions) or is_common_word(text, s)
-                                        or is_source_of_guidance(text, s))]
+                                        or is_source_of_guidance(text, s) or is_clinical_term(text, s))]
     others = _resolve(others, text)
     blocked = _disjoint(protected)
     starts = [b.start for b in blocked]

@@ -30,6 +30,8 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from text_deid.clinical_terms import CURATED, vocabulary
+
 # --------------------------------------------------------------------------------------------- data
 
 
@@ -895,11 +897,98 @@ def make_doc(rng: random.Random, split: str, idx: int) -> dict:
     return {"id": f"synth-{split}-{idx:06d}", "text": text, "spans": spans, "genre": genre}
 
 
+# ------------------------------------------------------------------------------ clinical words where names stand
+CLINICAL_SHARE = 8  # in the training split, one document in this many is a clinical hard negative
+CLINICAL_TEMPLATES = [
+    "Seen by {T} for {cond}.", "Referred to {T} for {T}.", "Consult {T} re {T}.", "Per {T}, continue {drug}.",
+    "{T} {T} pending.", "{T}: {num}.", "{T} of {num} on {DATE}.", "Dx: {T} {T}.", "Hx of {T} {T}; on {gdrug}.",
+    "Transferred to {T} for {T}.", "Admitted to {T} for {T}.", "Follow up with {T} in {num} weeks.",
+    "{E} {H} suspected; {T} ordered.", "Positive {E} {H}.", "Family hx of {E} {H}.", "{E}'s {H} ruled out.",
+    "{P} {H} of {num}.", "Scored {num} on the {P} {T} {H}.", "{E} {H} per {J}.", "Results of the {TR} {H} in {J}.",
+    "What does {J} say about {T} {T}?", "Is {T} {T} indicated after {E} {H}?", "Evidence for {T} in {T} {T}?",
+    "Management of {T} with {T} in {T}.", "{T} and {T} noted; {E} {H} negative.", "{TR} trial criteria met.",
+    "Dr. {A} reviewed {T} {T}.", "{PT} seen by Dr. {A} in {T}.", "Pt {PT} from {CITY}, {T} {T} stable.",
+    "Mr. {A} with {T} {T}.", "Ms. {A}'s {T} improved.", "{T} ({T}) per {A}, MD.",
+]
+CLINICAL_SLOT_RE = re.compile(r"\{(T|E|H|P|J|TR|A)\}")
+CLINICAL_SECTIONS = ("specialties", "departments", "care-settings", "tests-and-labs", "units-and-measures",
+                     "scores-and-scales")
+
+
+@lru_cache(maxsize=2)
+def clinical_pools(split: str) -> dict[str, list[str]]:
+    """Vocabulary words, eponym-like surnames, places, journals and trials, split like the other lists."""
+    v = vocabulary()
+    rare = sorted(w for w in v.terms if w.isalpha() and len(w) > 3 and _in_split(w, split))
+    common = [w for w in common_words(split) if v.is_word(w)]  # clinical words of everyday English
+    curated = sorted(w for k in CLINICAL_SECTIONS for w in _curated(k) if v.is_word(w) and _in_split(w, split))
+    journals = sorted(w for w in v.terms | v.ambiguous if _in_split(w, split, 4) and w in _curated("journals"))
+    trials = sorted(w for w in v.terms | v.ambiguous if _in_split(w, split, 4) and w in _curated("trials"))
+    p = pools(split)
+    return {"T": common * 6 + curated * 6 + rare, "H": sorted(h for h in v.heads if h.isalpha()), "E": p.last[:5000],
+            "P": [c for c, _ in p.cities[:3000]], "J": journals or ["NEJM"], "TR": trials or ["SPRINT"],
+            "A": sorted(w for w in v.ambiguous if w.isalpha() and len(w) > 3 and _in_split(w, split))}
+
+
+@lru_cache(maxsize=1)
+def _curated_sections() -> dict[str, frozenset[str]]:
+    out: dict[str, set[str]] = {}
+    section = ""
+    with open(CURATED, encoding="utf-8") as fh:
+        for line in fh:
+            if line.startswith("["):
+                section = line.strip().strip("[]")
+            elif not line.startswith("#"):
+                out.setdefault(section, set()).update(w.lower() for w in line.split())
+    return {k: frozenset(v) for k, v in out.items()}
+
+
+def _curated(kind: str) -> frozenset[str]:
+    return next((v for k, v in _curated_sections().items() if k.startswith(kind)), frozenset())
+
+
+def _clinical_word(rng: random.Random, word: str, kind: str) -> str:
+    if kind in ("J", "TR"):
+        return word.upper() if rng.random() < 0.7 else word.capitalize()
+    if kind == "T" and len(word) <= 4 and rng.random() < 0.5:
+        return word.upper()  # lab and unit abbreviations: "BNP", "TSH"
+    return word if kind == "H" and rng.random() < 0.5 else word.capitalize()
+
+
+def make_clinical_doc(rng: random.Random, split: str, idx: int) -> dict:
+    """Clinical words in the places names and places stand ("Seen by Cardiology", "Lynch syndrome"), beside
+    true names after titles, including surnames that are also clinical words ("Dr. Colon")."""
+    g = Gen(rng, split)
+    f = Filler(g)
+    cp = clinical_pools(split)
+    doc = Doc()
+    for k in range(rng.randint(1, 4)):
+        if k:
+            doc.add(_pick(rng, [" ", "\n", " "]))
+        template, pos = _pick(rng, CLINICAL_TEMPLATES), 0
+        for m in CLINICAL_SLOT_RE.finditer(template):
+            f.fill(template[pos:m.start()], doc)
+            kind = m.group(1)
+            word = _clinical_word(rng, _pick(rng, cp[kind]), kind)
+            doc.add(word, "NAME" if kind == "A" else None)
+            pos = m.end()
+        f.fill(template[pos:], doc)
+    text, spans = doc.render("keep")
+    return {"id": f"synth-{split}-clinical-{idx:06d}", "text": text, "spans": spans, "genre": "clinical"}
+
+
 def generate(n: int, seed: int, split: str = "train") -> list[dict]:
+    """`n` documents. The training split also holds n / CLINICAL_SHARE clinical hard negatives, drawn with
+    their own random stream, so the other documents (and the whole held-out split) do not change."""
     if split not in ("train", "heldout"):
         raise ValueError("split must be 'train' or 'heldout'")
     rng = random.Random(f"{seed}:{split}")
-    return [make_doc(rng, split, i) for i in range(n)]
+    docs = [make_doc(rng, split, i) for i in range(n)]
+    if split == "train":
+        crng = random.Random(f"{seed}:{split}:clinical")
+        for i in range(n // CLINICAL_SHARE):
+            docs.insert(i * (CLINICAL_SHARE + 1), make_clinical_doc(crng, split, i))
+    return docs
 
 
 def main(argv: list[str] | None = None) -> None:

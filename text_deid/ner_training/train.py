@@ -9,6 +9,12 @@ Split form (generate here, train elsewhere, e.g. on a GPU box without the `names
     python -m text_deid.ner_training.train --prepare-only --workdir build/ner
     python -m text_deid.ner_training.train --from-workdir --workdir build/ner --device cuda --out OUT
 
+Fine-tuning form (`--init DIR`): start from a trained model's tokenizer and weights instead of from scratch,
+e.g. to teach the shipped model the clinical hard negatives in a few minutes:
+
+    python -m text_deid.ner_training.train --init text_deid/models/ner-tiny-cased --n-docs 8000 --epochs 1 \
+        --lr 3e-4 --out build/ner-new
+
 Steps: generate `--n-docs` synthetic training documents (`synth.generate(seed=1, split="train")`),
 train a cased WordPiece vocabulary on them plus the surrogate lists, build a 4-layer BERT from a config
 (no pretrained weights exist offline that are cased), train BIO token classification, and save the
@@ -120,6 +126,8 @@ def main(argv=None) -> None:
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1 avoids spin contention on a busy 2-core box)")
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--init", default=None, help="fine-tune this model (its tokenizer and weights) instead of "
+                                                 "training one from scratch")
     ap.add_argument("--workdir", default="build/ner", help="where `--prepare-only` writes docs.jsonl and lists.txt")
     ap.add_argument("--prepare-only", action="store_true", help="only generate the synthetic corpus into --workdir")
     ap.add_argument("--from-workdir", action="store_true", help="read the corpus from --workdir instead of generating")
@@ -159,7 +167,12 @@ def main(argv=None) -> None:
     torch.set_num_threads(a.threads)
     torch.use_deterministic_algorithms(True)
     dev = torch.device(a.device)
-    tokenizer = build_tokenizer([d["text"] for d in docs] + lists, a.vocab)
+    if a.init:
+        from transformers import PreTrainedTokenizerFast
+
+        tokenizer = PreTrainedTokenizerFast.from_pretrained(a.init, local_files_only=True)
+    else:
+        tokenizer = build_tokenizer([d["text"] for d in docs] + lists, a.vocab)
     t_tok = time.time() - t0
     data = encode(tokenizer, docs, a.max_len)
     n_tokens = sum(len(x) for x, _ in data)
@@ -171,7 +184,12 @@ def main(argv=None) -> None:
                         type_vocab_size=1, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
                         num_labels=len(LABELS), id2label=dict(enumerate(LABELS)),
                         label2id={label: i for i, label in enumerate(LABELS)}, pad_token_id=tokenizer.pad_token_id)
-    model = BertForTokenClassification(config).to(dev)
+    if a.init:  # the starting model's own config and labels, which must be ours
+        model = BertForTokenClassification.from_pretrained(a.init, local_files_only=True, dtype=torch.float32).to(dev)
+        if [model.config.id2label[i] for i in range(len(LABELS))] != LABELS:
+            raise SystemExit(f"train: {a.init} has other labels than {LABELS}")
+    else:
+        model = BertForTokenClassification(config).to(dev)
     n_params = sum(p.numel() for p in model.parameters())
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=0.01)
     steps_per_epoch = math.ceil(len(data) / a.batch)
@@ -222,6 +240,8 @@ def main(argv=None) -> None:
     with open(os.path.join(a.out, "labels.json"), "w") as fh:
         json.dump(LABEL_MAP, fh, indent=1)
     meta = {k: v for k, v in vars(a).items() if k not in ("out", "workdir", "prepare_only", "from_workdir")}
+    if a.init:
+        meta.update(init=os.path.relpath(a.init), init_training=_previous_training(a.init))
     meta.update(n_docs=len(docs), n_params=n_params, n_chunks=len(data), n_tokens=n_tokens, steps=total,
                 tokenizer_s=round(t_tok, 1), train_s=round(train_s, 1), total_s=round(time.time() - t0, 1),
                 torch=torch.__version__, synth="text_deid.ner_training.synth.generate(n_docs, seed=1, split='train')")
@@ -229,6 +249,15 @@ def main(argv=None) -> None:
         json.dump(meta, fh, indent=1)
     export.export(a.out)  # the graph the NER detector runs (python -m text_deid.ner_training.export)
     print(json.dumps(meta))
+
+
+def _previous_training(path: str) -> dict | None:
+    """The starting model's own training.json, kept so a fine-tuned model still says how it began."""
+    try:
+        with open(os.path.join(path, "training.json")) as fh:
+            return json.load(fh)
+    except OSError:
+        return None
 
 
 if __name__ == "__main__":
