@@ -56,7 +56,7 @@ CLINICAL_SUFFIX_RE = re.compile(r"^[a-z]{3,}(?:ectomy|otomy|ostomy|plasty|scopy|
 STRICT_HEADS = frozenset({"rule", "rules", "fever", "virus", "questionnaire", "index", "staging", "syndrome",
                           "syndromes", "disease", "diseases", "sign", "reflex", "criteria", "classification",
                           "scale", "score", "palsy", "phenomenon", "maneuver", "manoeuvre", "procedure", "trial",
-                          "lymphoma", "sarcoma", "carcinoma", "tumor", "tumour", "fracture", "triad"})
+                          "lymphoma", "sarcoma", "carcinoma", "tumor", "tumour", "fracture", "triad", "clinician"})
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,8 @@ def test_vocabulary_loads_once_and_records_its_sources():
     ("Lynch syndrome screening in a 40 yo.", "Lynch", "NAME"),
     ("Lynch syndrome screening in a 40 yo.", "Lynch syndrome", "NAME"),
     ("Glasgow Coma Scale of 8 on arrival.", "Glasgow", "GEOGRAPHIC_LOCATION"),
+    ("Discharge Summary from Responsible Clinician", "Responsible", "GEOGRAPHIC_LOCATION"),
+    ("Discharge Summary from Responsible Clinician", "Clinician", "GEOGRAPHIC_LOCATION"),
     ("Results of the SPRINT trial for BP targets?", "SPRINT", "NAME"),
     ("Heart Failure clinic note.", "Heart Failure", "NAME"),
     ("Latest recs for pt w/ RA, seen last month.", "RA", "NAME"),
@@ -93,6 +95,7 @@ def no_llm():
     ("Glasgow Coma Scale", []),
     ("Hemoglobin A1c/Hemoglobin.total", []),
     ("Echocardiography (procedure)", []),
+    ("Discharge Summary from Responsible Clinician", []),
 ])
 def test_the_default_stack_keeps_clinical_meaning(no_llm, text, expected):
     spans = no_llm.detect(text)
