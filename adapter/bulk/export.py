@@ -15,12 +15,12 @@ from adapter.bulk.spark import spark_engine
 from fhir_transforms import dates
 from fhir_transforms.errors import InputError
 from fhir_transforms.keys import key_id_for
-from fhir_transforms.rules import load_profile
 from text_deid.stack import LlmSettings
 from adapter import engines
 
 
-def deidentify_export(root: Path, out: Path, secret: bytes, *, profile: str = "safe-harbor", stack: str | None = None,
+def deidentify_export(root: Path, out: Path, secret: bytes, *, profile: str | None = None, rules: Path | None = None,
+                      stack: str | None = None,
                       validate: str = "full", today: str | None = None, engine: str = "local", workers: int = 1,
                       master: str | None = None, chunk_bytes: int = DEFAULT_CHUNK_BYTES, fail_fast: bool = False,
                       tty: bool | None = None, llm: LlmSettings | None = None, trail=None, actor: str = "bulk",
@@ -35,13 +35,15 @@ def deidentify_export(root: Path, out: Path, secret: bytes, *, profile: str = "s
     files, skipped, manifest_name, manifest_fields = discover(root)
     if not files:
         raise InputError(f"{root}: no .ndjson file with FHIR resources")
-    load_profile(profile)
+    chosen = engines.profiles(profile, rules)  # SettingsError: a bad profile or rules file, before any work
+    profile = chosen.name
     text_stack = engines.text_stack(stack, llm)  # once in the driver: pass 1 and an in-process pass 2 share it
-    journal = Journal(out / WORK_DIR, run_identity(root, files, key_id_for(secret), profile, text_stack.name, validate,
+    identity = f"{profile}+{chosen.site.sha256}" if chosen.site else profile  # resumed only with the same rules
+    journal = Journal(out / WORK_DIR, run_identity(root, files, key_id_for(secret), identity, text_stack.name, validate,
                                                    chunk_bytes))
     day = journal.open(today, lambda: dates.today().isoformat())
     settings = Settings(secret, profile, text_stack.name, day, validate, str(journal.work / "patients.sqlite"),
-                        secrets.token_bytes(32), llm, actor)
+                        secrets.token_bytes(32), llm, actor, str(Path(rules).resolve()) if rules else None)
     started = time.monotonic()
     if engine == "spark":
         context = spark_engine(root, settings, workers, master)  # Spark starts now, while pass 1 runs

@@ -19,11 +19,12 @@ from adapter.cli.common import (
     KeyFile,
     LlmModel,
     LlmUrl,
+    ProfileOpt,
+    RulesOpt,
     fail,
 )
 from fhir_transforms import keys
-from fhir_transforms.errors import InputError
-from fhir_transforms.rules import ProfileError
+from fhir_transforms.errors import InputError, SettingsError
 from text_deid.stack import StackUnavailable
 from adapter import settings
 
@@ -40,7 +41,8 @@ def bulk(
     workers: int = typer.Option(os.cpu_count() or 1, "--workers", min=1,
                                 help="Worker processes (local), or N of Spark's local[N]."),
     master: Optional[str] = typer.Option(None, "--master", help="Spark master URL (spark engine); default local[WORKERS]."),
-    profile: str = typer.Option("safe-harbor", "--profile", help="safe-harbor (default) or longitudinal."),
+    profile: Optional[str] = ProfileOpt,
+    rules: Optional[Path] = RulesOpt,
     stack: Optional[str] = typer.Option(None, "--stack", help="Text stack: patterns, no-llm, precision-first, "
                                                               "recall-first, balanced."),
     key_file: Optional[Path] = KeyFile,
@@ -77,11 +79,11 @@ def bulk(
             fail(str(e))
     trail = auditing.open_trail(audit_store, audit_key_file)
     try:
-        outcome = deidentify_export(input, output, key.secret, profile=profile, stack=stack, validate=validate,
+        outcome = deidentify_export(input, output, key.secret, profile=profile, rules=rules, stack=stack, validate=validate,
                                     today=today, engine=engine.value, workers=workers, master=master,
                                     chunk_bytes=chunk_kb * 1024, fail_fast=fail_fast, llm=settings.llm(llm_url, llm_model),
                                     trail=trail, actor=actor or audit_default_actor())
-    except (InputError, ProfileError, StackUnavailable, AuditError) as e:
+    except (InputError, SettingsError, StackUnavailable, AuditError) as e:
         fail(str(e))
     if outcome.stopped:
         raise typer.Exit(EXIT_REFUSED)

@@ -17,6 +17,8 @@ from adapter.cli.common import (
     KeyFile,
     LlmModel,
     LlmUrl,
+    ProfileOpt,
+    RulesOpt,
     StackOpt,
     Validation,
     fail,
@@ -29,7 +31,8 @@ from adapter import settings
 def fhir(
     input: Path = typer.Argument(..., help="A Bundle or resource .json, an .ndjson file, or a folder of those."),
     output: Path = typer.Argument(..., help="Where to write; mirrors INPUT."),
-    profile: str = typer.Option("safe-harbor", "--profile", help="safe-harbor (default) or longitudinal."),
+    profile: Optional[str] = ProfileOpt,
+    rules: Optional[Path] = RulesOpt,
     stack: Optional[str] = StackOpt,
     key_file: Optional[Path] = KeyFile,
     validate: Validation = typer.Option(Validation.full, "--validate",
@@ -45,7 +48,8 @@ def fhir(
     vault_key_file: Optional[Path] = auditing.VaultKeyOpt,
 ) -> None:
     """De-identify FHIR R4 input into OUTPUT. Bad files are reported and skipped; the exit code says so."""
-    engine = fhir_engine(key_file, profile, stack, validate is Validation.full, today, settings.llm(llm_url, llm_model))
+    engine = fhir_engine(key_file, profile, stack, validate is Validation.full, today, settings.llm(llm_url, llm_model),
+                         rules)
     if input.resolve() == output.resolve():
         fail("OUTPUT must differ from INPUT")
     try:

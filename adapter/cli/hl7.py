@@ -15,14 +15,14 @@ from adapter.cli.common import (
     KeyFile,
     LlmModel,
     LlmUrl,
+    ProfileOpt,
+    RulesOpt,
     fail,
 )
-from adapter.engines import fhir_engine
+from adapter.engines import fhir_engine, profiles
 from fhir_transforms.errors import InputError, RecordRefused
 from fhir_transforms.hl7v2.engine import HL7Deidentifier
 from fhir_transforms.hl7v2.message import decode_bytes, encode
-from fhir_transforms.hl7v2.rules import load_hl7_profile
-from fhir_transforms.rules import ProfileError
 from adapter import settings
 
 SUFFIXES = (".hl7", ".txt", ".er7")
@@ -41,7 +41,8 @@ def list_inputs(root: Path) -> list[tuple[Path, Path]]:
 def hl7(
     input: Path = typer.Argument(..., help="An ER7 file (.hl7, .txt, .er7) or a folder of them."),
     output: Path = typer.Argument(..., help="Where to write; mirrors INPUT."),
-    profile: str = typer.Option("safe-harbor", "--profile", help="safe-harbor (default) or longitudinal."),
+    profile: Optional[str] = ProfileOpt,
+    rules: Optional[Path] = RulesOpt,
     stack: Optional[str] = typer.Option(None, "--stack", help="Text stack: patterns, no-llm, precision-first, "
                                                               "recall-first, balanced."),
     key_file: Optional[Path] = KeyFile,
@@ -53,11 +54,8 @@ def hl7(
     actor: Optional[str] = auditing.ActorOpt,
 ) -> None:
     """De-identify HL7v2 ER7 messages into OUTPUT. Bad files are reported and skipped; the exit code says so."""
-    base = fhir_engine(key_file, profile, stack, False, today, settings.llm(llm_url, llm_model))
-    try:
-        engine = HL7Deidentifier(load_hl7_profile(profile), base.pseudo, base.stack, base.clock)
-    except ProfileError as e:
-        fail(str(e))
+    base = fhir_engine(key_file, profile, stack, False, today, settings.llm(llm_url, llm_model), rules)
+    engine = HL7Deidentifier(profiles(profile, rules).hl7, base.pseudo, base.stack, base.clock)
     if input.resolve() == output.resolve():
         fail("OUTPUT must differ from INPUT")
     try:

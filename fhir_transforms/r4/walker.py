@@ -27,6 +27,7 @@ NUMBER_TYPES = frozenset({"integer", "positiveInt", "unsignedInt", "decimal"})
 SECURITY_SYSTEM = "http://terminology.hl7.org/CodeSystem/v3-ObservationValue"
 KEY_TAG_SYSTEM = "http://deid-adapter.org/fhir/CodeSystem/key-id"
 PROFILE_TAG_SYSTEM = "http://deid-adapter.org/fhir/CodeSystem/deid-profile"
+SITE_RULES_TAG_SYSTEM = "http://deid-adapter.org/fhir/CodeSystem/site-rules"  # code: the site rules file's SHA-256
 PATIENT_LINKS = ("subject", "patient", "beneficiary")
 RELATIVE_ELEMENTS = ("born", "age", "deceased")  # FamilyMemberHistory elements that describe the relative
 NO_OPTIONS: Mapping = MappingProxyType({})
@@ -229,12 +230,13 @@ def _walk_by_shape(node: dict, owner: str, fpath: str, is_resource: bool, path: 
             type_name = primitive_of(first)
         el = Element(name, type_name, type(value) is list, False)
         rule = ctx.profile.lookup(sub_fpath, owner, is_resource, name, type_name)
-        kept = type_name in PRIMITIVE_TYPES and (rule or ctx.profile.default_primitive).method == "keep"
+        conditional = rule is not None and rule.test is not None  # decided per value: the general path
+        kept = type_name in PRIMITIVE_TYPES and (rule or ctx.profile.default_primitive).method == "keep" and not conditional
         walk_into = rule is None and type_name not in PRIMITIVE_TYPES
         shape = _shape(type_name)
         plan[key] = _Step(owner, el, rule, sub_fpath, shape, shape if kept and not el.is_list else (),
                           shape if kept and el.is_list else (), (type_name, sub_fpath, False) if walk_into else None,
-                          rule is not None and not el.is_list)
+                          rule is not None and not el.is_list and not conditional)
     _walk_complex(node, {**known, **plan}, path, ctx, state)
     for key, step in plan.items():  # backbone elements the rules left empty are dropped
         if step.element.type == "BackboneElement" and key in node:
@@ -323,12 +325,13 @@ def _plan(profile: Profile, type_name: str, fpath: str, is_resource: bool) -> di
         for key, el in elements(type_name).items():
             sub_fpath = f"{fpath}.{el.name}"
             rule = profile.lookup(sub_fpath, type_name, is_resource, el.name, el.type)
-            kept = el.type in PRIMITIVE_TYPES and (rule or profile.default_primitive).method == "keep"
+            conditional = rule is not None and rule.test is not None  # decided per value: the general path
+            kept = el.type in PRIMITIVE_TYPES and (rule or profile.default_primitive).method == "keep" and not conditional
             walk_into = rule is None and el.type not in PRIMITIVE_TYPES and el.type not in ("Resource", "Extension")
             shape = _shape(el.type)
             plan[key] = _Step(type_name, el, rule, sub_fpath, shape, shape if kept and not el.is_list else (),
                               shape if kept and el.is_list else (), (el.type, sub_fpath, False) if walk_into else None,
-                              rule is not None and not el.is_list and el.type != "Extension")
+                              rule is not None and not el.is_list and el.type != "Extension" and not conditional)
         profile.plans[cache_key] = plan
     return plan
 
@@ -437,6 +440,8 @@ def _transform(node: dict, key: str, value, step: _Step, path: str, container, s
     if type(value) not in step.shape:
         # only reachable without validation: a wrong JSON shape is bad input, never passed through
         raise InputError(f"{path}: expected {'a value' if el.type in PRIMITIVE_TYPES else 'an object'} of type {el.type}")
+    if rule is not None and rule.test is not None:  # a condition on the element (on a primitive's parent)
+        rule = rule.applies(value if type(value) is dict else node)
     if rule is None:
         if el.type == "Resource":
             walk_resource(value, path, ctx, state if key == "contained" else None)
@@ -483,7 +488,7 @@ def _add_extensions(node: dict, key: str, extensions: list[dict]) -> None:
 
 
 def _stamp(res: dict, state: ResourceState, ctx: RecordContext) -> None:
-    """meta.security labels for what was changed, and tags naming the key id and profile.
+    """meta.security labels for what was changed, and tags naming the key id, profile and site rules file.
 
     The codes the engine adds are marked generated: a patient named "Masked" or "Harbor" is not a leak there."""
     meta = res.setdefault("meta", {})
@@ -497,8 +502,10 @@ def _stamp(res: dict, state: ResourceState, ctx: RecordContext) -> None:
     if not security:
         del meta["security"]
     tags = meta.setdefault("tag", [])
-    for system, code in ((KEY_TAG_SYSTEM, ctx.pseudo.key_id),
-                         (PROFILE_TAG_SYSTEM, f"{ctx.profile.name}@{ctx.profile.version}")):
+    stamps = [(KEY_TAG_SYSTEM, ctx.pseudo.key_id), (PROFILE_TAG_SYSTEM, f"{ctx.profile.name}@{ctx.profile.version}")]
+    if ctx.profile.rules_sha256:  # made with a site rules file: outputs of other rules never pass as the same release
+        stamps.append((SITE_RULES_TAG_SYSTEM, ctx.profile.rules_sha256))
+    for system, code in stamps:
         tag = {"system": system, "code": code}
         ctx.generated.add(tag, "code")
         tags.append(tag)
