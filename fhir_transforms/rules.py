@@ -27,6 +27,7 @@ class Rule:
     where: str | None = None  # a FHIRPath condition on the element (on a primitive's parent): the rule applies where true
     test: Callable | None = field(default=None, compare=False, repr=False)  # `where`, compiled once per load
     otherwise: "Rule | None" = field(default=None, compare=False)  # where false: the next applicable rule (None: none)
+    beneath: "Rule | None" = field(default=None, compare=False)  # the packaged rule of the same key a site rule overrides
 
     def applies(self, node) -> "Rule | None":
         """The rule that applies to a value whose element (or parent, for a primitive) is `node`: this one, or
@@ -80,7 +81,13 @@ class Profile:
         """Every rule that may apply to an element, most specific first, with its key (`rules explain`)."""
         keys = (path, f"{owner}.{element}", f"Resource.{element}" if owner_is_resource else f"Element.{element}",
                 element_type)
-        return [(k, self.rules[k]) for k in dict.fromkeys(keys) if k in self.rules]
+        found = []
+        for key in dict.fromkeys(keys):
+            rule = self.rules.get(key)
+            while rule is not None:  # a conditional site rule, then the packaged rule of that key it overrides
+                found.append((key, rule))
+                rule = rule.beneath if rule.test is not None else None
+        return found
 
 
 def _chained(rules: list[Rule]) -> Rule | None:

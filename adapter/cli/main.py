@@ -31,6 +31,7 @@ COMMANDS = {
     "audit": ("adapter.cli.audit", "audit_app"),
     "vault": ("adapter.cli.audit", "vault_app"),
     "review": ("adapter.cli.review", "review_app"),
+    "rules": ("adapter.cli.rules", "rules_app"),
 }
 
 

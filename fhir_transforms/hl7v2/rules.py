@@ -104,6 +104,7 @@ class Rule:
     # a field rule's condition: (component number, the values it may hold); false: `otherwise` applies
     where: tuple[int, frozenset[str]] | None = field(default=None, hash=False, compare=False)
     otherwise: "Rule | None" = field(default=None, hash=False, compare=False)
+    beneath: "Rule | None" = field(default=None, hash=False, compare=False)  # the packaged field rule it overrides
 
 
 @dataclass(frozen=True)
@@ -149,7 +150,7 @@ class HL7Profile:
                     by_type = self.unknown_segment
                 else:
                     by_type = Rule(type=datatype) if datatype in self.datatypes else self.unlisted_datatype
-                found = by_type if found is None else replace(found, otherwise=by_type)
+                found = by_type if found is None else replace(found, otherwise=found.beneath or by_type)
             self._rules[(version, sid, n)] = found
         return found
 
@@ -251,11 +252,17 @@ def hl7_site_profile(site: SiteRules) -> HL7Profile:
             return f"{site.at('hl7v2', *keys)}: hl7v2.{'.'.join(keys)}"
         return f"{site.extends}: {'.'.join(keys)}"
     try:
-        return hl7_profile_from_doc(doc, where, site.sha256)
+        profile = hl7_profile_from_doc(doc, where, site.sha256)
     except RulesFileError:
         raise
     except ProfileError as e:
         raise RulesFileError(str(e)) from None
+    packaged = load_hl7_profile(site.extends).fields
+    for key in part.get("fields") or {}:  # where its condition is false, the packaged rule of the field comes next
+        rule = profile.fields.get(key)
+        if rule is not None and rule.where is not None and key in packaged:
+            profile.fields[key] = replace(rule, beneath=packaged[key])
+    return profile
 
 
 def hl7_profile_from_doc(doc: dict, where_of: Callable[..., str], rules_sha256: str = "") -> HL7Profile:

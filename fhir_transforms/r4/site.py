@@ -2,13 +2,13 @@
 packaged profile it extends (fhir_transforms/site_rules.py reads and checks the file itself)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from fhir.resources.R4B import get_fhir_model_class
 
 from fhir_transforms.r4.schema import PRIMITIVES, elements, is_resource_type
 from fhir_transforms.r4.shapes import R4_ONLY
-from fhir_transforms.rules import MAPPINGS, Profile, ProfileError, profile_from_doc, read_profile_file
+from fhir_transforms.rules import MAPPINGS, Profile, ProfileError, load_profile, profile_from_doc, read_profile_file
 from fhir_transforms.site_rules import RulesFileError, SiteRules, merge
 
 PRIMITIVE_NAMES = frozenset(PRIMITIVES.values()) | {"boolean"}
@@ -72,8 +72,14 @@ def site_profile(site: SiteRules) -> Profile:
             return f"{site.at('fhir', 'rules', keys[-1])}: fhir.rules.{keys[-1]}"
         return f"{site.extends}: {keys[-1]}"
     try:
-        return profile_from_doc(doc, where, site.sha256)
+        profile = profile_from_doc(doc, where, site.sha256)
     except RulesFileError:
         raise
     except ProfileError as e:
         raise RulesFileError(str(e)) from None
+    packaged = load_profile(site.extends).rules
+    for key in site_keys:  # where its condition is false, the packaged rule of the same key comes next
+        rule = profile.rules.get(key)
+        if rule is not None and rule.test is not None and key in packaged:
+            profile.rules[key] = replace(rule, beneath=packaged[key])
+    return profile
