@@ -28,6 +28,7 @@ class Rule:
     test: Callable | None = field(default=None, compare=False, repr=False)  # `where`, compiled once per load
     otherwise: "Rule | None" = field(default=None, compare=False)  # where false: the next applicable rule (None: none)
     beneath: "Rule | None" = field(default=None, compare=False)  # the packaged rule of the same key a site rule overrides
+    trusted: bool = field(default=False, compare=False)  # a site's `keep`: the leak guard does not read what it keeps
 
     def applies(self, node) -> "Rule | None":
         """The rule that applies to a value whose element (or parent, for a primitive) is `node`: this one, or

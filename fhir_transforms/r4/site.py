@@ -78,8 +78,12 @@ def site_profile(site: SiteRules) -> Profile:
     except ProfileError as e:
         raise RulesFileError(str(e)) from None
     packaged = load_profile(site.extends).rules
-    for key in site_keys:  # where its condition is false, the packaged rule of the same key comes next
+    for key in site_keys:
         rule = profile.rules.get(key)
-        if rule is not None and rule.test is not None and key in packaged:
+        if rule is None:
+            continue
+        if rule.method == "keep":  # the site decided to release these values: the leak guard must not refuse them
+            rule = profile.rules[key] = replace(rule, trusted=True)
+        if rule.test is not None and key in packaged:  # where its condition is false, the packaged rule comes next
             profile.rules[key] = replace(rule, beneath=packaged[key])
     return profile

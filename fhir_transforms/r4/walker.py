@@ -459,7 +459,22 @@ def _transform(node: dict, key: str, value, step: _Step, path: str, container, s
         raise InputError(f"{path}: {e}") from None
     if site.pending_extensions:
         _add_extensions(node, "_" + key, site.pending_extensions)
+    if rule is not None and rule.trusted:
+        _trust(result, container, slot, ctx.generated)
     return REMOVE if type(result) is dict and not result else result
+
+
+def _trust(value, container, slot, written: WrittenSlots) -> None:
+    """Every string of a value a site rule keeps, marked as the engine's own: the leak guard does not read it
+    there (the same value anywhere else is still read)."""
+    if type(value) is str:
+        written.add(container, slot)
+    elif type(value) is dict:
+        for k, v in value.items():
+            _trust(v, value, k, written)
+    elif type(value) is list:
+        for i, v in enumerate(value):
+            _trust(v, value, i, written)
 
 
 def _key_writer(node: dict, key: str) -> Callable[[object], None]:
