@@ -112,6 +112,7 @@ def _rule(spec, where: str) -> Rule:
         return Rule(method, options)
     try:
         test = fhirpathpy.compile(condition)
+        test({})  # fhirpathpy compiles lazily: a first evaluation finds what it cannot parse or does not implement
     except Exception as e:  # the FHIRPath parser raises its own kinds
         raise ProfileError(f"{where}: where: not a FHIRPath expression ({str(e)[:120]})") from None
     return Rule(method, options, condition, test)

@@ -139,7 +139,7 @@ def read_site_rules(path: Path) -> SiteRules:
         raise RulesFileError(f"{path}:{line}: not YAML: {getattr(e, 'problem', None) or e}") from None
     lines: dict[tuple[str, ...], int] = {}
     problems: list[tuple[int, str]] = []
-    doc = _construct(node, (), lines, problems) if node is not None else None
+    doc = _construct(node, (), lines, problems, path) if node is not None else None
     site = SiteRules(path, doc if isinstance(doc, dict) else {}, lines)
     if not isinstance(doc, dict):
         raise RulesFileError(f"{path}:1: a rules file is a mapping (extends: safe-harbor, fhir: ..., hl7v2: ...)")
@@ -163,7 +163,7 @@ def read_site_rules(path: Path) -> SiteRules:
     return site
 
 
-def _construct(node: yaml.Node, keys: tuple[str, ...], lines: dict, problems: list):
+def _construct(node: yaml.Node, keys: tuple[str, ...], lines: dict, problems: list, source: Path):
     """The node's value with every mapping key as text, recording each key's line (and duplicate keys)."""
     lines.setdefault(keys, node.start_mark.line + 1)
     if isinstance(node, yaml.MappingNode):
@@ -171,13 +171,13 @@ def _construct(node: yaml.Node, keys: tuple[str, ...], lines: dict, problems: li
         for key_node, value_node in node.value:
             key = str(yaml.SafeLoader("").construct_object(key_node))
             if key in out:
-                problems.append((key_node.start_mark.line + 1, f"line {key_node.start_mark.line + 1}: "
+                problems.append((key_node.start_mark.line + 1, f"{source}:{key_node.start_mark.line + 1}: "
                                  f"{'.'.join(keys + (key,))}: given twice"))
             lines[keys + (key,)] = key_node.start_mark.line + 1
-            out[key] = _construct(value_node, keys + (key,), lines, problems)
+            out[key] = _construct(value_node, keys + (key,), lines, problems, source)
         return out
     if isinstance(node, yaml.SequenceNode):
-        return [_construct(v, keys + (str(i),), lines, problems) for i, v in enumerate(node.value)]
+        return [_construct(v, keys + (str(i),), lines, problems, source) for i, v in enumerate(node.value)]
     return yaml.SafeLoader("").construct_object(node)
 
 
