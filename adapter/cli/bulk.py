@@ -11,6 +11,7 @@ import typer
 from adapter.audit.trail import AuditError
 from adapter.audit.trail import default_actor as audit_default_actor
 from adapter.bulk.export import deidentify_export
+from adapter.engines import profiles
 from adapter.bulk.spark import SparkUnavailable, check_spark
 from adapter.cli import auditing
 from adapter.cli.common import (
@@ -70,6 +71,7 @@ def bulk(
         if today:
             date.fromisoformat(today)
         key = keys.load_key(key_file)
+        profiles(profile, rules)  # a bad profile or rules file (its lines named): before any input is read
     except (keys.KeyError_, ValueError) as e:
         fail(str(e))
     if engine is Engine.spark:
