@@ -24,7 +24,7 @@ COMMANDS = {
     "serve": ("adapter.cli.serve", "serve"),
     "bulk": ("adapter.cli.bulk", "bulk"),
     "risk": ("adapter.cli.risk", "risk_command"),
-    "keys": ("adapter.cli.keys", "keys_app"),
+    "keys": ("adapter.cli.audit", "keys_app"),
     "text": ("adapter.cli.text", "text_app"),
     "tokens": ("adapter.cli.serve", "tokens_app"),
     "conformance": ("adapter.cli.serve", "conformance_app"),
