@@ -230,7 +230,7 @@ def _walk_by_shape(node: dict, owner: str, fpath: str, is_resource: bool, path: 
             type_name = primitive_of(first)
         el = Element(name, type_name, type(value) is list, False)
         rule = ctx.profile.lookup(sub_fpath, owner, is_resource, name, type_name)
-        conditional = rule is not None and rule.test is not None  # decided per value: the general path
+        conditional = rule is not None and (rule.test is not None or rule.trusted)  # per value: the general path
         kept = type_name in PRIMITIVE_TYPES and (rule or ctx.profile.default_primitive).method == "keep" and not conditional
         walk_into = rule is None and type_name not in PRIMITIVE_TYPES
         shape = _shape(type_name)
@@ -325,7 +325,7 @@ def _plan(profile: Profile, type_name: str, fpath: str, is_resource: bool) -> di
         for key, el in elements(type_name).items():
             sub_fpath = f"{fpath}.{el.name}"
             rule = profile.lookup(sub_fpath, type_name, is_resource, el.name, el.type)
-            conditional = rule is not None and rule.test is not None  # decided per value: the general path
+            conditional = rule is not None and (rule.test is not None or rule.trusted)  # per value: the general path
             kept = el.type in PRIMITIVE_TYPES and (rule or profile.default_primitive).method == "keep" and not conditional
             walk_into = rule is None and el.type not in PRIMITIVE_TYPES and el.type not in ("Resource", "Extension")
             shape = _shape(el.type)
