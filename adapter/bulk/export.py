@@ -27,7 +27,8 @@ def deidentify_export(root: Path, out: Path, secret: bytes, *, profile: str | No
                       log: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True)) -> Outcome:
     """The whole bulk run: discover, pass 1 (chunks and patient index), pass 2 on `engine`, finish.
 
-    Raises InputError for an input that is not a bulk export; StackUnavailable / ProfileError as the CLI does.
+    Raises InputError for an input that is not a bulk export; StackUnavailable / SettingsError (a bad profile or
+    rules file) as the CLI does.
     """
     root, out = Path(root), Path(out)
     if out.resolve() == root.resolve() or out.resolve().is_relative_to(root.resolve()):
