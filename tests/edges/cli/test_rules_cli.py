@@ -88,3 +88,16 @@ def test_fhir_with_rules_tags_the_output_and_the_audit_record(tmp_path, test_key
     trail = AuditTrail(database_url(tmp_path / "audit.sqlite"), [k for _, k, _ in keys.key_ring(audit_key, "audit")])
     (record,) = list(trail.export())
     assert sha in json.dumps(record["versions"]) and record["rules_version"].endswith(f"+site.{sha[:16]}")
+
+
+def test_bulk_workers_read_the_rules_and_the_summary_names_them(tmp_path, test_key_file):
+    src = tmp_path / "export"
+    src.mkdir()
+    (src / "Patient.000.ndjson").write_text(json.dumps(PATIENT) + "\n")
+    result = cli("bulk", str(src), str(tmp_path / "out"), "--rules", str(EXAMPLE), "--workers", "1", "--key-file",
+                 str(test_key_file), "--stack", "patterns", "--today", "2026-01-15", "--audit", "off")
+    assert result.exit_code == 0, result.output
+    sha = read_site_rules(EXAMPLE).sha256
+    assert json.loads((tmp_path / "out" / "deid-summary.json").read_text())["siteRules"] == sha
+    written = json.loads((tmp_path / "out" / "Patient.000.ndjson").read_text())
+    assert {"system": SITE_RULES_TAG_SYSTEM, "code": sha} in written["meta"]["tag"]
