@@ -11,6 +11,7 @@ from fhir_transforms import dates, keys
 from fhir_transforms.errors import SettingsError
 from fhir_transforms.hl7v2.rules import HL7Profile, hl7_site_profile, load_hl7_profile
 from fhir_transforms.pseudonym import Pseudonymizer
+from fhir_transforms.r4 import versions
 from fhir_transforms.r4.record import Deidentifier
 from fhir_transforms.r4.site import site_profile
 from fhir_transforms.rules import Profile, ProfileError, load_profile
@@ -51,17 +52,33 @@ def profiles(profile: Optional[str], rules: Optional[Path] = None) -> Profiles:
 
 
 def fhir_engine(key_file: Optional[Path], profile: Optional[str], stack: Optional[str], validate: bool,
-                today: Optional[str], llm: Optional[LlmSettings] = None, rules: Optional[Path] = None) -> Deidentifier:
-    """The FHIR engine for a key file, a packaged profile (or a site rules file), a stack and an optional fixed
-    day (YYYY-MM-DD)."""
+                today: Optional[str], llm: Optional[LlmSettings] = None, vault_key_file: Optional[Path] = None,
+                fhir_version: str = versions.DEFAULT, rules: Optional[Path] = None) -> Deidentifier:
+    """The FHIR engine for a key file, a packaged profile (or a site rules file), a stack, an optional fixed day
+    (YYYY-MM-DD) and the input's FHIR version (r4, r5 or auto); with the vault key when the profile encrypts
+    (`vault_key_file`, else DEID_ADAPTER_VAULT_KEY_FILE)."""
     try:
         key = keys.load_key(key_file)
         prof = profiles(profile, rules).fhir
-        stack_used = text_stack(stack, llm)
         clock = (lambda d=date.fromisoformat(today): d) if today else dates.today
+        stack_used = text_stack(stack, llm)  # last: a stack with a model takes seconds to build
     except (keys.KeyError_, ProfileError, StackUnavailable, ValueError) as e:
         raise SettingsError(str(e)) from e
-    return Deidentifier(prof, Pseudonymizer(key), stack_used, clock, validate)
+    pseudo = Pseudonymizer(key)
+    with_vault_key(pseudo, prof.methods, vault_key_file)
+    return Deidentifier(prof, pseudo, stack_used, clock, validate, fhir_version=versions.check(fhir_version))
+
+
+def with_vault_key(pseudo: Pseudonymizer, methods: set[str], vault_key_file: Optional[Path] = None) -> None:
+    """Give the `encrypt` method the vault key when a profile's rules use it; SettingsError when there is none.
+    A profile that does not encrypt never reads the vault key."""
+    if "encrypt" not in methods or pseudo.cipher is not None:
+        return
+    try:
+        pseudo.use_vault_key(keys.load_key(vault_key_file or settings.vault_key_file(), "vault"))
+    except keys.KeyError_ as e:
+        raise SettingsError(f"the profile's encrypt rules need the vault key (--vault-key-file or "
+                            f"DEID_ADAPTER_VAULT_KEY_FILE): {e}") from e
 
 
 def text_stack(name: str | None, llm: LlmSettings | None = None) -> TextStack:

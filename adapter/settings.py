@@ -62,6 +62,11 @@ def actor() -> str | None:
     return _get("DEID_ADAPTER_ACTOR")
 
 
+def vault_key_file() -> str | None:
+    """DEID_ADAPTER_VAULT_KEY_FILE: the vault key (the `encrypt` method encrypts under it)."""
+    return _get("DEID_ADAPTER_VAULT_KEY_FILE")
+
+
 def vault_store() -> str | None:
     """DEID_ADAPTER_VAULT: the re-identification vault's store."""
     return _get("DEID_ADAPTER_VAULT")

@@ -46,6 +46,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mb", type=float, default=200)
     parser.add_argument("--bundle", type=Path, help="Use (or create, if missing) this bundle file.")
+    parser.add_argument("--validate", default="off", choices=["off", "sample", "full"])
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -58,13 +59,13 @@ def main() -> None:
         env.pop("DEID_ADAPTER_AUDIT", None)
         start = time.perf_counter()
         proc = subprocess.run([sys.executable, "-m", "adapter.cli", "fhir", str(bundle), str(work / "out.json"),
-                               "--validate", "off", "--stack", "patterns", "--key-file", str(key),
+                               "--validate", args.validate, "--stack", "patterns", "--key-file", str(key),
                                "--today", "2026-01-15"], cwd=ROOT, env=env, capture_output=True, text=True)
         wall = time.perf_counter() - start
         usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         sys.exit(f"exit {proc.returncode}: {proc.stderr[-2000:]}")
-    print(f"bundle {size / 1e6:.1f} MB, validation off: peak RSS {usage.ru_maxrss / 1024:.0f} MB "
+    print(f"bundle {size / 1e6:.1f} MB, validation {args.validate}: peak RSS {usage.ru_maxrss / 1024:.0f} MB "
           f"({usage.ru_maxrss * 1024 / size:.1f}x the input), {wall:.1f} s wall, "
           f"{usage.ru_utime + usage.ru_stime:.1f} s CPU")
 

@@ -7,7 +7,7 @@ from typing import Iterable
 from text_deid.spans import KnownIdentifier
 
 PEOPLE = {"Patient", "RelatedPerson", "Person", "Practitioner"}
-PERSON_REFERENCE_RE = re.compile(r"^(?:[^?]*/)?(Patient|RelatedPerson|Person|Practitioner|PractitionerRole)[/?]")
+PERSON_TYPES = PEOPLE | {"PractitionerRole"}  # what a Reference.display names a person for
 FULL_DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}")
 TELECOM_CATEGORY = {"phone": "PHONE_NUMBER", "sms": "PHONE_NUMBER", "pager": "PHONE_NUMBER",
                     "fax": "FAX_NUMBER", "email": "EMAIL_ADDRESS", "url": "URL"}

@@ -10,6 +10,7 @@ from typing import Callable, Optional
 
 from cryptography.hazmat.primitives import hashes, hmac
 
+from fhir_transforms.encryption import ValueCipher
 from fhir_transforms.fpe import FormatPreservingCipher, FpeFallback, FpeFormat, derive_key
 from fhir_transforms.keys import Key
 
@@ -31,6 +32,11 @@ class Pseudonymizer:
         self._fpe_logged: set[tuple[str, str]] = set()
         self._fpe: FormatPreservingCipher | None = None
         self._fpe_encrypt = lru_cache(maxsize=65536)(self._fpe_encrypt_uncached)
+        self.cipher: ValueCipher | None = None  # the `encrypt` method's, under the vault key (use_vault_key)
+
+    def use_vault_key(self, vault_key: Key) -> None:
+        """Let the `encrypt` method encrypt under this vault key (fhir_transforms/encryption.py)."""
+        self.cipher = ValueCipher(vault_key)
 
     def _digest(self, namespace: str, value: str) -> bytes:
         mac = hmac.HMAC(self._secret, hashes.SHA256())
@@ -91,8 +97,8 @@ class Pseudonymizer:
         """Format-preserving pseudonym for an identifier value, its tweak derived from its system."""
         return self.format_preserving("identifier|" + (system or ""), value, fmt)
 
-    def day_offset(self, patient_id: str) -> int:
-        """The per-patient date shift in days, in [-365, 365] and never 0."""
-        n = int.from_bytes(self.digest("date-shift", patient_id)[:8], "big")
+    def day_offset(self, subject: str, scope: str = "patient") -> int:
+        """The date shift in days of a patient (or, by `scope`, of a record or a release), in [-365, 365] and never 0."""
+        n = int.from_bytes(self.digest("date-shift" if scope == "patient" else f"date-shift|{scope}", subject)[:8], "big")
         offset = n % (2 * MAX_SHIFT_DAYS) - MAX_SHIFT_DAYS
         return offset if offset < 0 else offset + 1

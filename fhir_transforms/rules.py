@@ -10,7 +10,7 @@ import fhirpathpy
 import yaml
 
 from fhir_transforms.fpe import FpeFormat
-from fhir_transforms.methods import METHODS
+from fhir_transforms.methods import FHIR, METHODS
 import mappings
 
 MAPPINGS = Path(mappings.__file__).resolve().parent / "fhir"
@@ -47,6 +47,26 @@ def _true(test: Callable, node) -> bool:
         return False
 
 
+@dataclass(frozen=True)
+class EntryRule:
+    """Bundle entries to remove: every resource of a type, or those whose coded `element` holds a code."""
+
+    resource: str
+    element: str | None = None
+    code: str | None = None
+    system: str | None = None
+
+
+def _entry_rule(spec, where: str) -> EntryRule:
+    if isinstance(spec, str):
+        spec = {"resource": spec}
+    unknown = set(spec) - {"resource", "element", "code", "system"} if isinstance(spec, dict) else {"?"}
+    if unknown or not isinstance(spec.get("resource"), str) or ("element" in spec) != ("code" in spec):
+        raise ProfileError(f"{where}: an entry rule is {{resource: Type}} or {{resource: Type, element: E, code: C "
+                           f"[, system: S]}}")
+    return EntryRule(spec["resource"], spec.get("element"), spec.get("code"), spec.get("system"))
+
+
 @dataclass
 class Profile:
     name: str
@@ -59,7 +79,28 @@ class Profile:
     modifier_extension_allow: frozenset[str]
     kept_by_design: frozenset[str] = frozenset()  # Owner.element values the leak guard trusts where the rules kept them
     rules_sha256: str = ""  # a site rules file's hash (fhir_transforms/site_rules.py); "" for a packaged profile
+    marking: bool = False  # record on each element a rule changed what was done (a rule's `marking` overrides)
+    remove_entries: tuple[EntryRule, ...] = ()  # Bundle entries removed whole, with the references to them
     plans: dict = field(default_factory=dict, repr=False)  # the walker's per-path plans (fhir_transforms/r4/walker.py)
+    fhir_version: str = "r4"  # the FHIR version whose models these rules are applied with
+    version_rules: dict = field(default_factory=dict, repr=False)  # version → path → Rule, or None to drop the rule
+    _variants: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def for_version(self, version: str) -> "Profile":
+        """The profile as applied to another FHIR version's models: its `fhir_versions` rules laid over
+        these, with plans of its own (the same element path has other types there)."""
+        if version == self.fhir_version:
+            return self
+        if version not in self._variants:
+            rules = {**self.rules, **self.version_rules.get(version, {})}
+            self._variants[version] = replace(self, rules={p: r for p, r in rules.items() if r is not None},
+                                              fhir_version=version, plans={}, _variants={})
+        return self._variants[version]
+
+    @property
+    def methods(self) -> set[str]:
+        """The methods the profile's rules use."""
+        return {r.method for r in self.rules.values()} | {self.default_primitive.method}
 
     def lookup(self, path: str, owner: str, owner_is_resource: bool, element: str, element_type: str) -> Rule | None:
         """The most specific rule for an element: full path, then owner.element, then type (the walker
@@ -118,13 +159,70 @@ def _rule(spec, where: str) -> Rule:
     return Rule(method, options, condition, test)
 
 
-def check_options(method: str, options: dict, where: str) -> None:
-    """Refuse a rule whose settings its method cannot use (checked when the profile loads, not per value)."""
+JSON_TYPES = {"string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,), "array": (list,),
+              "object": (dict,)}
+FPE_SETTINGS = ("alphabet", "keep_prefix", "check_digit")
+
+
+def check_options(method: str, options: dict, where: str, engine: str = FHIR) -> None:
+    """Refuse a rule whose settings its method cannot use (checked when the profile loads, not per value): each
+    setting must be one the method declares for this engine (fhir_transforms/methods.py), of its type."""
+    declared = METHODS[method]
+    for name, value in options.items():
+        param = declared.param(name)
+        if param is None or engine not in param.engines:
+            takes = [p.name for p in declared.params if engine in p.engines]
+            raise ProfileError(f"{where}: {method}: unknown setting {name!r} (it takes: {', '.join(takes) or 'none'})")
+        types = JSON_TYPES.get(param.type)
+        if types and (not isinstance(value, types) or (bool in types) != isinstance(value, bool)):
+            raise ProfileError(f"{where}: {method}: {name} is a{'n' * (param.type[0] in 'aeio')} {param.type}")
+        if param.choices and value not in param.choices:
+            raise ProfileError(f"{where}: {method}: {name} is one of {', '.join(map(str, param.choices))}")
+    try:
+        _check_method(method, options)
+    except ValueError as e:
+        raise ProfileError(f"{where}: {e}") from None
+
+
+def _check_method(method: str, options: dict) -> None:
+    """What the types alone do not say: settings that go together, and the shapes of `cases`."""
     if method == "fpe":
-        try:
-            FpeFormat.from_options(options)
-        except ValueError as e:
-            raise ProfileError(f"{where}: {e}") from None
+        FpeFormat.from_options(options)
+    elif method == "encrypt":
+        if options.get("format", "aes-siv") == "fpe":
+            FpeFormat.from_options({k: v for k, v in options.items() if k in FPE_SETTINGS})
+        elif any(k in options for k in FPE_SETTINGS):
+            raise ValueError("encrypt: alphabet, keep_prefix and check_digit go with format: fpe")
+    elif method == "substitute" and ("value" in options) == ("kind" in options):
+        raise ValueError("substitute takes either value (a fixed value) or kind (a keyed surrogate)")
+    elif method == "perturb" and (not isinstance(options.get("span"), (int, float)) or options["span"] < 0):
+        raise ValueError("perturb needs span, a number of 0 or more")
+    elif method == "perturb" and options.get("round_to", 0) < 0:
+        raise ValueError("perturb: round_to is 0 or more decimal places")
+    elif method == "generalize":
+        cases = options.get("cases")
+        if not isinstance(cases, list) or not cases:
+            raise ValueError("generalize needs cases, a list of {range: [low, high], to: V} or {value: X, to: V}")
+        for i, case in enumerate(cases):
+            ok = isinstance(case, dict) and "to" in case and len(case) == 2 and (
+                "value" in case or ("range" in case and isinstance(case["range"], list) and len(case["range"]) == 2))
+            if not ok:
+                raise ValueError(f"generalize: case {i + 1} is not {{range: [low, high], to: V}} or {{value: X, to: V}}")
+    elif method == "shift" and "offset_days" in options and "scope" in options:
+        raise ValueError("shift takes offset_days (one fixed offset) or scope, not both")
+
+
+def _check_by_target(rule: Rule, rules: dict[str, Rule], where: str) -> None:
+    """`by_target` (a Reference.display's rule by what it points to) names, per resource type, rules of the profile."""
+    by_target = rule.options.get("by_target")
+    if by_target is None:
+        return
+    if rule.method != "text" or not isinstance(by_target, dict):
+        raise ProfileError(f"{where}: by_target is a map of resource types to rules, on a `text` rule")
+    for target, key in by_target.items():
+        found = rules.get(key) if isinstance(key, str) else None
+        if found is None or "by_target" in found.options:
+            raise ProfileError(f"{where}: by_target.{target} names no other rule of the profile")
 
 
 @lru_cache(maxsize=None)
@@ -153,22 +251,38 @@ def read_profile_file(folder: Path, name: str, sections: tuple[str, ...] = ("rul
 @lru_cache(maxsize=None)
 def load_profile(name: str) -> Profile:
     """Read and check a profile by name; every rule's method must be known."""
-    return profile_from_doc(read_profile_file(MAPPINGS, name), lambda *keys: f"{name}: {keys[-1]}")
+    return profile_from_doc(read_profile_file(MAPPINGS, name), lambda keys, label: f"{name}: {label}")
 
 
-def profile_from_doc(doc: dict, where: Callable[..., str], rules_sha256: str = "") -> Profile:
-    """A profile from its merged YAML; `where(section, key)` names a rule in error messages."""
-    rules = {path: _rule(spec, where("rules", path)) for path, spec in doc.get("rules", {}).items()}
+def profile_from_doc(doc: dict, where: Callable[[tuple, str], str], rules_sha256: str = "") -> Profile:
+    """A profile from its merged YAML; `where(keys, label)` names a rule or setting in error messages (`keys`: its
+    keys in the YAML, `label`: how the message spells it)."""
+    rules = {path: _rule(spec, where(("rules", path), path)) for path, spec in doc.get("rules", {}).items()}
+    for path, rule in rules.items():
+        _check_by_target(rule, rules, where(("rules", path), path))
     ids = doc.get("identifiers", {})
     return Profile(
         name=doc["profile"],
         version=str(doc["version"]),
         rules=rules,
-        default_primitive=_rule(doc.get("default_primitive", "keep"), where("default_primitive")),
+        default_primitive=_rule(doc.get("default_primitive", "keep"), where(("default_primitive",), "default_primitive")),
         identifier_remove_types=frozenset(ids.get("remove_types", [])),
         identifier_remove_systems=frozenset(ids.get("remove_systems", [])),
         extension_allow=frozenset(doc.get("extensions", {}).get("allow", [])),
         modifier_extension_allow=frozenset(doc.get("modifier_extensions", {}).get("allow", [])),
         kept_by_design=frozenset(doc.get("leak_guard", {}).get("kept_by_design", [])),
         rules_sha256=rules_sha256,
+        marking=_flag(doc.get("marking", False), where(("marking",), "marking")),
+        remove_entries=tuple(_entry_rule(spec, where(("entries", "remove", str(i)), f"entries.remove[{i}]"))
+                             for i, spec in enumerate((doc.get("entries") or {}).get("remove", []))),
+        version_rules={version: {path: None if spec is None else _rule(spec, where(
+                                     ("fhir_versions", version, "rules", path), f"fhir_versions.{version}: {path}"))
+                                 for path, spec in (section or {}).get("rules", {}).items()}
+                       for version, section in (doc.get("fhir_versions") or {}).items()},
     )
+
+
+def _flag(value, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise ProfileError(f"{where}: true or false")
+    return value

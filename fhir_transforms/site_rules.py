@@ -17,7 +17,7 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-from fhir_transforms.methods import METHODS
+from fhir_transforms.methods import COMMON, FHIR, HL7V2, METHODS, Param
 from fhir_transforms.rules import MAPPINGS, ProfileError, profile_names, read_profile_file
 import mappings
 
@@ -25,6 +25,7 @@ SCHEMA_FILE = Path(mappings.__file__).resolve().parent / "site-rules.schema.json
 HL7_MAPPINGS = Path(mappings.__file__).resolve().parent / "hl7v2"
 SCHEMA_ID = "http://deid-adapter.org/schema/site-rules.schema.json"
 MAX_ERRORS = 20
+LATER_FHIR_VERSIONS = ("r5",)  # FHIR versions whose rules lie over R4's (fhir_transforms/r4/schema.py FHIR_VERSIONS)
 FHIR_PATH = r"^[A-Za-z][A-Za-z0-9]*(\.[a-z][A-Za-z0-9]*)*$"  # Type, Type.element, Resource.element.element
 HL7_FIELD = r"^[A-Z][A-Z0-9]{2}\.[1-9][0-9]*$"  # SEG.n
 HL7_DATATYPE = r"^[A-Z][A-Z0-9_]*$"  # datatype names are upper case, method names lower case
@@ -34,11 +35,26 @@ class RulesFileError(ProfileError):
     """A site rules file cannot be read, or breaks the schema or the model; the message names file and line."""
 
 
-def _method_rule(where: dict | None) -> dict:
-    """A rule object: a declared method and the settings that method declares (plus `where`, if conditions apply)."""
+def param_schema(param: Param) -> dict:
+    """A declared setting as JSON Schema: its type (\"any\": any JSON value), its choices, its meaning."""
+    out: dict = {"description": param.meaning}
+    if param.type != "any":
+        out["type"] = param.type
+    if param.choices:
+        out["enum"] = list(param.choices)
+    return out
+
+
+def _method_rule(engine: str, where: dict | None) -> dict:
+    """A rule object for an engine: a declared method and the settings that method declares for that engine
+    (fhir_transforms/methods.py, the one declaration), plus `where` if conditions apply. What the types alone do
+    not say (settings that go together) is checked when the rules load (fhir_transforms/rules.py check_options)."""
     cases = [{"if": {"properties": {"method": {"const": m.name}}},
-              "then": {"properties": {"method": True, **m.options, **({"where": where} if where else {})},
-                       "additionalProperties": False}} for m in METHODS.values()]
+              "then": {"properties": {"method": True,
+                                      **{p.name: param_schema(p) for p in m.params + COMMON if engine in p.engines},
+                                      **({"where": where} if where else {})},
+                       "additionalProperties": False}}
+             for m in METHODS.values() if engine in m.engines]
     return {"type": "object", "required": ["method"], "properties": {"method": {"enum": sorted(METHODS)}},
             "allOf": cases}
 
@@ -68,6 +84,14 @@ def schema() -> dict:
                           "additionalProperties": {"$ref": "#/$defs/fhirRule"}},
                 "identifiers": {"type": "object", "additionalProperties": False,
                                 "properties": {"remove_types": strings, "remove_systems": strings}},
+                "marking": {"type": "boolean", "description": "record on each changed element what was done"},
+                "entries": {"type": "object", "additionalProperties": False, "properties": {
+                    "remove": {"type": "array", "items": {"$ref": "#/$defs/entryRule"}}}},
+                "fhir_versions": {"type": "object", "additionalProperties": False, "properties": {
+                    version: {"type": "object", "additionalProperties": False, "properties": {
+                        "rules": {"type": "object", "propertyNames": {"pattern": FHIR_PATH},
+                                  "additionalProperties": {"$ref": "#/$defs/fhirRule"}}}}
+                    for version in LATER_FHIR_VERSIONS}},
             }},
             "hl7v2": {"type": "object", "additionalProperties": False, "properties": {
                 "fields": {"type": "object", "propertyNames": {"pattern": HL7_FIELD},
@@ -82,15 +106,22 @@ def schema() -> dict:
             # null drops the packaged rule of that key; a string names a method
             "fhirRule": {"if": {"type": "string"}, "then": methods,
                          "else": {"if": {"type": "null"}, "then": True, "else": {"$ref": "#/$defs/fhirMethodRule"}}},
-            "fhirMethodRule": _method_rule({"type": "string", "minLength": 1}),  # a FHIRPath on the element
+            "fhirMethodRule": _method_rule(FHIR, {"type": "string", "minLength": 1}),  # a FHIRPath on the element
+            # a whole resource type, or those whose coded element holds a code (fhir_transforms/rules.py EntryRule)
+            "entryRule": {"if": {"type": "string"}, "then": {"pattern": "^[A-Z][A-Za-z]*$"},
+                          "else": {"type": "object", "required": ["resource"], "additionalProperties": False,
+                                   "dependentRequired": {"element": ["code"], "code": ["element"]},
+                                   "properties": {"resource": {"type": "string", "pattern": "^[A-Z][A-Za-z]*$"},
+                                                  "element": {"type": "string"}, "code": {"type": "string"},
+                                                  "system": {"type": "string"}}}},
             "hl7Condition": {"type": "object", "required": ["component", "in"], "additionalProperties": False,
                              "properties": {"component": {"type": "integer", "minimum": 1},
                                             "in": {"type": "array", "minItems": 1, "items": {"type": "string"}}}},
-            "hl7MethodRule": _method_rule(None),
+            "hl7MethodRule": _method_rule(HL7V2, None),
             "hl7FieldRule": {"if": {"type": "null"}, "then": True,
                              "else": {"if": {"type": "object", "required": ["where"]},
                                       "then": {"$ref": "#/$defs/hl7ConditionalRule"}, "else": hl7_rule}},
-            "hl7ConditionalRule": _method_rule({"$ref": "#/$defs/hl7Condition"}),
+            "hl7ConditionalRule": _method_rule(HL7V2, {"$ref": "#/$defs/hl7Condition"}),
             "hl7Datatype": {"if": {"type": "null"}, "then": True,
                             "else": {"if": {"type": "object", "not": {"anyOf": [{"required": ["method"]},
                                                                                 {"required": ["type"]}]}},
@@ -218,7 +249,7 @@ def _describe(keys: list[str], error: jsonschema.ValidationError, extra: str | N
 def merge(base: dict, site_part: dict, sections: tuple[str, ...]) -> dict:
     """The packaged profile with a site part merged in: in each rule table (`sections`), a site key replaces the
     packaged rule of that key or adds one, and `null` drops it; any other mapping (identifiers) is merged one
-    level down (a list given replaces the packaged list)."""
+    level down (a list given replaces the packaged list), and any other value (marking) replaces the packaged one."""
     merged = dict(base)
     for key, value in site_part.items():
         if key in sections:
@@ -229,8 +260,10 @@ def merge(base: dict, site_part: dict, sections: tuple[str, ...]) -> dict:
                 else:
                     table[_key(k, table)] = rule
             merged[key] = table
-        else:
+        elif isinstance(value, dict):
             merged[key] = {**(base.get(key) or {}), **value}
+        else:
+            merged[key] = value
     return merged
 
 

@@ -225,3 +225,8 @@ def detector_versions(stack: TextStack) -> dict[str, dict[str, str]]:
     return {d.name: {k: str(v) for k in ("version", "model", "prompt_version")
                      if isinstance(v := getattr(d, k, None), (str, int, float)) and v != ""}
             for d in stack.detectors}
+
+
+def known_identifiers_only() -> TextStack:
+    """The stack kept text goes through (coded text, facility names): the record's known identifiers alone."""
+    return TextStack("known-identifiers", [KnownIdentifierDetector()])

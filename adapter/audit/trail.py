@@ -20,16 +20,18 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from json.encoder import encode_basestring  # how json.dumps(ensure_ascii=False) writes a string
 from pathlib import Path
-from typing import Any, Iterable, Iterator, NamedTuple, Optional, Sequence
+from functools import lru_cache
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, NamedTuple, Optional, Sequence
 
 from urllib.parse import quote
 
-from sqlalchemy import Column, Integer, MetaData, String, Table, Text, create_engine, event, insert, inspect, select, text
-from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import SQLAlchemyError
-
 from fhir_transforms import keys
 from adapter import settings
+
+if TYPE_CHECKING:
+    from sqlalchemy import MetaData
+    from sqlalchemy.engine import Connection, Engine
 
 AUDIT_ENV = "DEID_ADAPTER_AUDIT"
 AUDIT_KEY_ENV = "DEID_ADAPTER_AUDIT_KEY_FILE"
@@ -41,37 +43,45 @@ HASHED = ("time", "actor", "channel", "operation", "data_format", "input_sha256"
           "rules_version", "stack", "versions", "key_id", "findings", "detail", "audit_key_id", "prev_hash")
 PG_SCHEMA_LOCK = 0x6465_6964_6175_64  # pg_advisory_xact_lock id taken while creating tables: "deidaud"
 
-metadata = MetaData()
-records = Table(
-    "deid_audit_record", metadata,
-    Column("seq", Integer, primary_key=True, autoincrement=False),
-    Column("time", String(40), nullable=False),
-    Column("actor", Text, nullable=False),
-    Column("channel", String(32), nullable=False),
-    Column("operation", String(32), nullable=False),
-    Column("data_format", String(32), nullable=False),
-    Column("input_sha256", String(64), nullable=False),
-    Column("output_sha256", String(64), nullable=False),
-    Column("profile", String(64), nullable=False),
-    Column("rules_version", String(64), nullable=False),
-    Column("stack", String(64), nullable=False),
-    Column("versions", Text, nullable=False),
-    Column("key_id", String(40), nullable=False),
-    Column("findings", Text, nullable=False),
-    Column("detail", Text, nullable=False),
-    Column("audit_key_id", String(40), nullable=False),
-    Column("prev_hash", String(64), nullable=False),
-    Column("record_hash", String(64), nullable=False),
-    Column("signature", String(64), nullable=False),
-)
-head = Table(
-    "deid_audit_head", metadata,
-    Column("id", Integer, primary_key=True, autoincrement=False),
-    Column("seq", Integer, nullable=False),
-    Column("record_hash", String(64), nullable=False),
-    Column("audit_key_id", String(40), nullable=False),
-    Column("signature", String(64), nullable=False),
-)
+
+@lru_cache(maxsize=None)
+def tables() -> SimpleNamespace:
+    """The store's tables (metadata, records, head). SQLAlchemy is imported here, when a store is first used, so
+    a command run with `--audit off` never loads it."""
+    import sqlalchemy as sa
+
+    metadata = sa.MetaData()
+    records = sa.Table(
+        "deid_audit_record", metadata,
+        sa.Column("seq", sa.Integer, primary_key=True, autoincrement=False),
+        sa.Column("time", sa.String(40), nullable=False),
+        sa.Column("actor", sa.Text, nullable=False),
+        sa.Column("channel", sa.String(32), nullable=False),
+        sa.Column("operation", sa.String(32), nullable=False),
+        sa.Column("data_format", sa.String(32), nullable=False),
+        sa.Column("input_sha256", sa.String(64), nullable=False),
+        sa.Column("output_sha256", sa.String(64), nullable=False),
+        sa.Column("profile", sa.String(64), nullable=False),
+        sa.Column("rules_version", sa.String(64), nullable=False),
+        sa.Column("stack", sa.String(64), nullable=False),
+        sa.Column("versions", sa.Text, nullable=False),
+        sa.Column("key_id", sa.String(40), nullable=False),
+        sa.Column("findings", sa.Text, nullable=False),
+        sa.Column("detail", sa.Text, nullable=False),
+        sa.Column("audit_key_id", sa.String(40), nullable=False),
+        sa.Column("prev_hash", sa.String(64), nullable=False),
+        sa.Column("record_hash", sa.String(64), nullable=False),
+        sa.Column("signature", sa.String(64), nullable=False),
+    )
+    head = sa.Table(
+        "deid_audit_head", metadata,
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+        sa.Column("seq", sa.Integer, nullable=False),
+        sa.Column("record_hash", sa.String(64), nullable=False),
+        sa.Column("audit_key_id", sa.String(40), nullable=False),
+        sa.Column("signature", sa.String(64), nullable=False),
+    )
+    return SimpleNamespace(metadata=metadata, records=records, head=head)
 
 
 class AuditError(RuntimeError):
@@ -276,8 +286,10 @@ def existing_url(target: str | os.PathLike | None) -> str:
 
 def create_tables(conn: Connection, tables: MetaData) -> None:
     """Create a store's tables; on PostgreSQL under an advisory lock, so processes starting together do not race."""
+    import sqlalchemy as sa
+
     if conn.engine.dialect.name == "postgresql":
-        conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": PG_SCHEMA_LOCK})
+        conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": PG_SCHEMA_LOCK})
     tables.create_all(conn)
 
 
@@ -285,6 +297,8 @@ def make_engine(url: str, read_only: bool = False) -> Engine:
     """An engine whose write transactions serialize: SQLite in WAL mode with synchronous=FULL and BEGIN IMMEDIATE.
 
     `read_only`: an existing SQLite file opened read-only (TrailMissing when there is none); nothing is set on it."""
+    from sqlalchemy import create_engine, event
+
     if not url.startswith("sqlite"):
         return create_engine(url, pool_pre_ping=True)
     if read_only:
@@ -366,10 +380,10 @@ def _append_sql(dialect) -> _AppendSql:
     lock = " FOR UPDATE" if dialect.name == "postgresql" else ""  # SQLite: BEGIN IMMEDIATE holds the write lock already
     names = ", ".join(map(quote, columns))
     return _AppendSql(
-        f"SELECT seq, record_hash, audit_key_id, signature FROM {quote(head.name)} WHERE id = 1{lock}",
-        f"INSERT INTO {quote(records.name)} ({names}) VALUES ({', '.join([mark] * len(columns))})",
-        f"COPY {quote(records.name)} ({names}) FROM STDIN" if dialect.driver == "psycopg" else "",
-        f"UPDATE {quote(head.name)} SET seq = {mark}, record_hash = {mark}, audit_key_id = {mark}, signature = {mark} "
+        f"SELECT seq, record_hash, audit_key_id, signature FROM {quote(tables().head.name)} WHERE id = 1{lock}",
+        f"INSERT INTO {quote(tables().records.name)} ({names}) VALUES ({', '.join([mark] * len(columns))})",
+        f"COPY {quote(tables().records.name)} ({names}) FROM STDIN" if dialect.driver == "psycopg" else "",
+        f"UPDATE {quote(tables().head.name)} SET seq = {mark}, record_hash = {mark}, audit_key_id = {mark}, signature = {mark} "
         "WHERE id = 1")
 
 
@@ -385,6 +399,8 @@ class AuditTrail:
         self.key = ring[0]  # the current key signs; the retired ones still verify
         self.ring = {k.key_id: k for k in ring}
         self.read_only = read_only
+        from sqlalchemy.exc import SQLAlchemyError
+
         self.engine = engine or make_engine(url, read_only)
         self.is_postgres = self.engine.dialect.name == "postgresql"
         self._sql = _append_sql(self.engine.dialect)
@@ -422,21 +438,26 @@ class AuditTrail:
         return self.engine.url.render_as_string(hide_password=True)
 
     def _check_tables(self) -> None:
+        import sqlalchemy as sa
+
         with self.engine.connect() as conn:
-            found = inspect(conn)
-            missing = [t.name for t in (records, head) if not found.has_table(t.name)]
+            found = sa.inspect(conn)
+            missing = [t.name for t in (tables().records, tables().head) if not found.has_table(t.name)]
         if missing:
             raise TrailMissing(f"no audit trail in {self.display_url}: table(s) {', '.join(missing)} missing "
                                "(a mistyped path or URL, or dropped tables)")
 
     def _ensure_schema(self) -> None:
+        import sqlalchemy as sa
+
+        records, head = tables().records, tables().head
         with self.engine.begin() as conn:
-            create_tables(conn, metadata)
-            if conn.execute(select(head.c.id)).first() is None:
-                if conn.execute(select(records.c.seq).limit(1)).first() is not None:
+            create_tables(conn, tables().metadata)
+            if conn.execute(sa.select(head.c.id)).first() is None:
+                if conn.execute(sa.select(records.c.seq).limit(1)).first() is not None:
                     raise AuditError(f"audit store {self.display_url}: records without a head checkpoint (the head row "
                                      "was deleted); run `deid-adapter audit verify`")
-                conn.execute(insert(head).values(id=1, seq=0, record_hash=GENESIS, audit_key_id=self.key.key_id,
+                conn.execute(sa.insert(head).values(id=1, seq=0, record_hash=GENESIS, audit_key_id=self.key.key_id,
                                                  signature=_head_signature(self.key.secret, 0, GENESIS)))
 
     # --- writing
@@ -448,6 +469,8 @@ class AuditTrail:
         # Everything but the time and the chain link is serialized before the write lock is taken.
         fields = [self._fields(e) for e in entries]
         middles = [_middle(f) for f in fields]
+        from sqlalchemy.exc import SQLAlchemyError
+
         try:
             with self.engine.connect() as conn:
                 return self._append_rows(conn.connection.dbapi_connection, fields, middles)
@@ -530,6 +553,8 @@ class AuditTrail:
     def verify(self) -> VerifyReport:
         """Walk the chain in one snapshot and return the first break: changed, deleted, inserted or reordered records,
         a wrong signature, a truncated tail or a bad head checkpoint."""
+        from sqlalchemy.exc import SQLAlchemyError
+
         try:
             with self._read() as conn, conn.begin():
                 return self._verify(conn)
@@ -537,9 +562,12 @@ class AuditTrail:
             raise AuditError(f"audit store {self.display_url}: {type(e).__name__}: {_short(e)}") from None
 
     def _verify(self, conn: Connection) -> VerifyReport:
-        h = conn.execute(select(head).where(head.c.id == 1)).first()
+        import sqlalchemy as sa
+
+        records, head = tables().records, tables().head
+        h = conn.execute(sa.select(head).where(head.c.id == 1)).first()
         result = conn.execution_options(stream_results=True, yield_per=2000).execute(
-            select(records).order_by(records.c.seq))
+            sa.select(records).order_by(records.c.seq))
         rows = (r._mapping for r in result)
         prev, last_seq, count = GENESIS, 0, 0
         broken = None
@@ -599,8 +627,11 @@ class AuditTrail:
                                                f"record {seq} links to a record that is no longer there")
 
     def _seqs_with_hash(self, conn: Connection, record_hash: str, seq: int, before: bool) -> list[int]:
+        import sqlalchemy as sa
+
+        records = tables().records
         where = records.c.seq < seq if before else records.c.seq > seq
-        return list(conn.execute(select(records.c.seq).where(records.c.record_hash == record_hash, where)
+        return list(conn.execute(sa.select(records.c.seq).where(records.c.record_hash == record_hash, where)
                                  .order_by(records.c.seq)).scalars())
 
     def _check_head(self, h, last_seq: int, last_hash: str, count: int) -> Optional[Break]:
@@ -619,7 +650,10 @@ class AuditTrail:
     def export(self, since: Optional[str] = None, until: Optional[str] = None,
                operations: Sequence[str] = ()) -> Iterator[dict]:
         """Records as dicts for an accounting of disclosures (JSON fields decoded; hashes and signatures left out)."""
-        query = select(records).order_by(records.c.seq)
+        import sqlalchemy as sa
+
+        records = tables().records
+        query = sa.select(records).order_by(records.c.seq)
         if since:
             query = query.where(records.c.time >= since)
         if until:

@@ -12,37 +12,45 @@ import base64
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Optional, Sequence
+from functools import lru_cache
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from sqlalchemy import Column, Index, Integer, MetaData, String, Table, Text, UniqueConstraint, select
-from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.exc import SQLAlchemyError
 
 from adapter.audit import trail as audit
 from fhir_transforms import keys
+from fhir_transforms.encryption import DecryptionFailed, ValueCipher
 from fhir_transforms.fpe import FormatPreservingCipher, FpeFallback, derive_key, fpe_format
 from adapter import settings
+
+if TYPE_CHECKING:
+    from sqlalchemy import Table
 
 VAULT_ENV = "DEID_ADAPTER_VAULT"
 VAULT_KEY_ENV = "DEID_ADAPTER_VAULT_KEY_FILE"
 SEEN_LIMIT = 1_000_000  # pseudonyms this process remembers as stored, to skip re-inserting them
 
-metadata = MetaData()
-entries = Table(
-    "deid_vault_entry", metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("pseudonym", String(80), nullable=False),
-    Column("namespace", Text, nullable=False),
-    Column("key_id", String(40), nullable=False),  # the pseudonym key that issued it
-    Column("vault_key_id", String(40), nullable=False),
-    Column("nonce", String(24), nullable=False),
-    Column("ciphertext", Text, nullable=False),
-    Column("created", String(40), nullable=False),
-    UniqueConstraint("key_id", "namespace", "pseudonym", name="deid_vault_entry_issued"),
-    Index("deid_vault_entry_pseudonym", "pseudonym"),
-)
+
+
+@lru_cache(maxsize=None)
+def entries() -> Table:
+    """The vault's table. SQLAlchemy is imported here, when a vault is opened (a run without --vault never loads it)."""
+    import sqlalchemy as sa
+
+    return sa.Table(
+        "deid_vault_entry", sa.MetaData(),
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+        sa.Column("pseudonym", sa.String(80), nullable=False),
+        sa.Column("namespace", sa.Text, nullable=False),
+        sa.Column("key_id", sa.String(40), nullable=False),  # the pseudonym key that issued it
+        sa.Column("vault_key_id", sa.String(40), nullable=False),
+        sa.Column("nonce", sa.String(24), nullable=False),
+        sa.Column("ciphertext", sa.Text, nullable=False),
+        sa.Column("created", sa.String(40), nullable=False),
+        sa.UniqueConstraint("key_id", "namespace", "pseudonym", name="deid_vault_entry_issued"),
+        sa.Index("deid_vault_entry_pseudonym", "pseudonym"),
+    )
 
 
 class VaultError(RuntimeError):
@@ -82,9 +90,11 @@ class Vault:
         self._aead = AESGCM(vault_key.secret) if vault_key else None
         self.pending: dict[tuple[str, str, str], str] = {}
         self.seen: set[tuple[str, str, str]] = set()
+        from sqlalchemy.exc import SQLAlchemyError
+
         try:
             with self.engine.begin() as conn:
-                audit.create_tables(conn, metadata)
+                audit.create_tables(conn, entries().metadata)
         except SQLAlchemyError as e:
             raise VaultError(f"vault store {self.display_url}: {type(e).__name__}") from None
 
@@ -114,10 +124,13 @@ class Vault:
             rows.append({"pseudonym": pseudonym, "namespace": namespace, "key_id": key_id,
                          "vault_key_id": self.vault_key.key_id, "nonce": base64.b64encode(nonce).decode(),
                          "ciphertext": base64.b64encode(sealed).decode(), "created": now})
+        from sqlalchemy.dialects import postgresql, sqlite
+        from sqlalchemy.exc import SQLAlchemyError
+
         dialect = postgresql if self.engine.dialect.name == "postgresql" else sqlite
         try:
             with self.engine.begin() as conn:
-                conn.execute(dialect.insert(entries).on_conflict_do_nothing(), rows)
+                conn.execute(dialect.insert(entries()).on_conflict_do_nothing(), rows)
         except SQLAlchemyError as e:
             raise VaultError(f"vault store {self.display_url}: {type(e).__name__}") from None
         if len(self.seen) > SEEN_LIMIT:
@@ -131,12 +144,15 @@ class Vault:
 
     def reidentify(self, pseudonym: str, ring: Sequence[keys.Key]) -> list[Relink]:
         """The originals behind `pseudonym`, decrypted with a vault key of `ring`; ReidentificationDenied otherwise."""
+        import sqlalchemy as sa
+
+        table = entries()
         by_id = {k.key_id: k for k in ring}
         try:
             with self.engine.connect().execution_options(audit_read=True) as conn, conn.begin():
-                rows = conn.execute(select(entries).where(entries.c.pseudonym == pseudonym)
-                                    .order_by(entries.c.id)).all()
-        except SQLAlchemyError as e:
+                rows = conn.execute(sa.select(table).where(table.c.pseudonym == pseudonym)
+                                    .order_by(table.c.id)).all()
+        except sa.exc.SQLAlchemyError as e:
             raise VaultError(f"vault store {self.display_url}: {type(e).__name__}") from None
         if not rows:
             raise ReidentificationDenied("pseudonym not in the vault")
@@ -173,6 +189,35 @@ def reidentify(vault: Vault, trail: audit.AuditTrail, pseudonym: str, ring: Sequ
         detail={**detail, "returned": [{"namespace": r.namespace, "key_id": r.key_id, "vault_key_id": r.vault_key_id}
                                        for r in found]})])
     return found
+
+
+def decrypt(trail: audit.AuditTrail, value: str, ring: Sequence[keys.Key], options: dict, *, actor: str,
+            reason: str) -> tuple[str, str]:
+    """The original behind an `encrypt` output, with a vault key of `ring` and the rule's format settings
+    (`format`, and for fpe `alphabet`, `keep_prefix`, `check_digit`); (original, vault key id). The attempt is an
+    audit record (durable) before the original is returned.
+
+    AES-SIV authenticates: a wrong key is refused. FF3-1 does not: a wrong key gives a wrong value, so compare the
+    vault key id this returns with the one the release was made with."""
+    detail = {"value": value, "method": "encrypt", "reason": reason, "settings": dict(sorted(options.items())),
+              "vault_key_ids": sorted(k.key_id for k in ring)}
+    fmt = fpe_format({k: v for k, v in options.items() if k != "format"}) if options.get("format") == "fpe" else None
+    try:
+        if not ring:
+            raise ReidentificationDenied("no vault key given")
+        for key in ring:
+            try:
+                original = ValueCipher(key).decrypt(value, fmt)
+                break
+            except DecryptionFailed as e:
+                problem = str(e)
+        else:
+            raise ReidentificationDenied(problem)
+    except ReidentificationDenied as e:
+        trail.append([audit.AuditEntry("reidentify-denied", actor, "vault", detail={**detail, "denied": str(e)})])
+        raise
+    trail.append([audit.AuditEntry("reidentify", actor, "vault", detail={**detail, "vault_key_id": key.key_id})])
+    return original, key.key_id
 
 
 def reverse_fpe(trail: audit.AuditTrail, pseudonym: str, system: str, pseudonym_key: Optional[keys.Key],

@@ -15,6 +15,7 @@ from adapter.bulk.spark import spark_engine
 from fhir_transforms import dates
 from fhir_transforms.errors import InputError
 from fhir_transforms.keys import key_id_for
+from fhir_transforms.r4 import versions
 from text_deid.stack import LlmSettings
 from adapter import engines
 
@@ -24,6 +25,7 @@ def deidentify_export(root: Path, out: Path, secret: bytes, *, profile: str | No
                       validate: str = "full", today: str | None = None, engine: str = "local", workers: int = 1,
                       master: str | None = None, chunk_bytes: int = DEFAULT_CHUNK_BYTES, fail_fast: bool = False,
                       tty: bool | None = None, llm: LlmSettings | None = None, trail=None, actor: str = "bulk",
+                      fhir_version: str = versions.DEFAULT,
                       log: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True)) -> Outcome:
     """The whole bulk run: discover, pass 1 (chunks and patient index), pass 2 on `engine`, finish.
 
@@ -38,13 +40,15 @@ def deidentify_export(root: Path, out: Path, secret: bytes, *, profile: str | No
         raise InputError(f"{root}: no .ndjson file with FHIR resources")
     chosen = engines.profiles(profile, rules)  # SettingsError: a bad profile or rules file, before any work
     profile = chosen.name
+    versions.check(fhir_version)
     text_stack = engines.text_stack(stack, llm)  # once in the driver: pass 1 and an in-process pass 2 share it
     identity = f"{profile}+{chosen.site.sha256}" if chosen.site else profile  # resumed only with the same rules
     journal = Journal(out / WORK_DIR, run_identity(root, files, key_id_for(secret), identity, text_stack.name, validate,
-                                                   chunk_bytes))
+                                                   chunk_bytes, fhir_version))
     day = journal.open(today, lambda: dates.today().isoformat())
     settings = Settings(secret, profile, text_stack.name, day, validate, str(journal.work / "patients.sqlite"),
-                        secrets.token_bytes(32), llm, actor, str(Path(rules).resolve()) if rules else None)
+                        secrets.token_bytes(32), llm, actor, str(Path(rules).resolve()) if rules else None,
+                        fhir_version)
     started = time.monotonic()
     if engine == "spark":
         context = spark_engine(root, settings, workers, master)  # Spark starts now, while pass 1 runs

@@ -38,6 +38,7 @@ from fhir_transforms.errors import (DetectorFailed, InputError, LeakFound, Outpu
                                     UnknownModifier)
 from fhir_transforms.keys import Key, key_id_for
 from fhir_transforms.pseudonym import Pseudonymizer
+from fhir_transforms.r4 import versions
 from fhir_transforms.r4.record import Deidentifier
 from fhir_transforms.r4.walker import age_limit
 from fhir_transforms.rules import Profile
@@ -75,13 +76,14 @@ class Settings:
     def profile_rules(self) -> Profile:
         """The FHIR profile these settings name: packaged, or the site rules file over it."""
         return profiles(self.profile, Path(self.rules) if self.rules else None).fhir
+    fhir_version: str = versions.DEFAULT  # r4, r5 or auto (fhir_transforms/r4/versions.py)
 
     def engine(self, stack: TextStack | None = None) -> Deidentifier:
         """The engine these settings describe; `stack`: one already built from them (building one is costly)."""
         day = date.fromisoformat(self.today)
         key = Key(key_id_for(self.secret), self.secret)
         return Deidentifier(self.profile_rules(), Pseudonymizer(key), stack or text_stack(self.stack, self.llm),
-                            lambda: day, self.validate == "full")
+                            lambda: day, self.validate == "full", fhir_version=self.fhir_version)
 
 
 @dataclass(frozen=True)
@@ -638,8 +640,8 @@ def _join(target: Path, parts: list[Path]) -> None:
 
 
 def run_identity(root: Path, files: list[str], key_id: str, profile: str, stack: str, validate: str,
-                 chunk_bytes: int) -> dict:
+                 chunk_bytes: int, fhir_version: str = versions.DEFAULT) -> dict:
     """What a resumed run must share with the run it resumes: the input files (size, mtime), key id and settings."""
     inputs = [[rel, (root / rel).stat().st_size, (root / rel).stat().st_mtime_ns] for rel in files]
     return {"inputs": inputs, "key_id": key_id, "profile": profile, "stack": stack, "validate": validate,
-            "chunk_bytes": chunk_bytes}
+            "chunk_bytes": chunk_bytes, "fhir_version": fhir_version}

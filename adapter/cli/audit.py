@@ -17,6 +17,7 @@ from adapter.audit import trail as audit
 from adapter.audit.trail import AuditError, AuditTrail
 from adapter.audit.vault import ReidentificationDenied, Vault, VaultError, vault_url
 from adapter.audit.vault import reidentify as relink
+from adapter.audit.vault import decrypt as decrypt_value
 from adapter.audit.vault import reverse_fpe as reverse
 from adapter.cli.auditing import (
     ActorOpt,
@@ -175,6 +176,44 @@ def reidentify(pseudonym: str = typer.Argument(..., help="A pseudonym from a de-
     for r in found:
         typer.echo(json.dumps({"pseudonym": r.pseudonym, "namespace": r.namespace, "key_id": r.key_id,
                                "original": r.original}, ensure_ascii=False))
+
+
+@vault_app.command("decrypt")
+def decrypt(value: str = typer.Argument(..., help="A value an `encrypt` rule wrote (enc1.… for AES-SIV)."),
+            reason: str = typer.Option(..., "--reason", help="Why (required; recorded verbatim in the audit trail, "
+                                                             "so name the request, not the patient)."),
+            vault_key_file: Optional[Path] = VaultKeyOpt,
+            fmt: str = typer.Option("aes-siv", "--format", help="The rule's format: aes-siv or fpe."),
+            alphabet: str = typer.Option("digits", "--alphabet", help="With --format fpe: the rule's alphabet."),
+            keep_prefix: int = typer.Option(0, "--keep-prefix", help="With --format fpe: the rule's keep_prefix."),
+            check_digit: str = typer.Option("none", "--check-digit", help="With --format fpe: the rule's check_digit."),
+            target: Optional[str] = AuditOpt, audit_key_file: Optional[Path] = AuditKeyOpt,
+            actor: Optional[str] = ActorOpt) -> None:
+    """Return the original behind an `encrypt` value, with the vault key only; every attempt is audited first.
+
+    Prints one JSON line: value, vault_key_id, original."""
+    if not reason.strip():
+        fail("--reason must say why")
+    if fmt not in ("aes-siv", "fpe"):
+        fail("--format is aes-siv or fpe")
+    trail = _trail_for_reading(target, audit_key_file)
+    ring: list[keys.Key] = []
+    key_problem = None
+    if vault_key_file:
+        try:
+            ring = [k for _, k, _ in keys.key_ring(vault_key_file, "vault")]
+        except keys.KeyError_ as e:
+            key_problem = str(e)
+    options = {"format": fmt} if fmt == "aes-siv" else {
+        "format": fmt, "alphabet": alphabet, "keep_prefix": keep_prefix, "check_digit": check_digit}
+    try:
+        original, key_id = decrypt_value(trail, value, ring, options, actor=actor or audit.default_actor(),
+                                         reason=reason)
+    except ReidentificationDenied as e:
+        fail(f"re-identification denied: {key_problem or e} (the attempt is recorded in the audit trail)")
+    except (VaultError, AuditError, ValueError) as e:
+        fail(str(e))
+    typer.echo(json.dumps({"value": value, "vault_key_id": key_id, "original": original}, ensure_ascii=False))
 
 
 @vault_app.command("reverse-fpe")

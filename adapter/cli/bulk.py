@@ -17,6 +17,8 @@ from adapter.cli import auditing
 from adapter.cli.common import (
     EXIT_BAD_INPUT,
     EXIT_REFUSED,
+    FhirVersion,
+    FhirVersionOpt,
     KeyFile,
     LlmModel,
     LlmUrl,
@@ -26,6 +28,7 @@ from adapter.cli.common import (
 )
 from fhir_transforms import keys
 from fhir_transforms.errors import InputError, SettingsError
+from fhir_transforms.rules import ProfileError
 from text_deid.stack import StackUnavailable
 from adapter import settings
 
@@ -50,6 +53,7 @@ def bulk(
     validate: str = typer.Option("full", "--validate", help="full, sample (1 resource in 20) or off."),
     today: Optional[str] = typer.Option(None, "--today", help="Reference day for ages (YYYY-MM-DD); default: today, "
                                                               "or the day an interrupted run started."),
+    fhir_version: FhirVersion = FhirVersionOpt,
     fail_fast: bool = typer.Option(False, "--fail-fast", help="Stop at the first refused resource."),
     chunk_kb: int = typer.Option(1024, "--chunk-kb", min=1, help="Input bytes per unit of work and checkpoint."),
     llm_url: Optional[str] = LlmUrl,
@@ -84,8 +88,8 @@ def bulk(
         outcome = deidentify_export(input, output, key.secret, profile=profile, rules=rules, stack=stack, validate=validate,
                                     today=today, engine=engine.value, workers=workers, master=master,
                                     chunk_bytes=chunk_kb * 1024, fail_fast=fail_fast, llm=settings.llm(llm_url, llm_model),
-                                    trail=trail, actor=actor or audit_default_actor())
-    except (InputError, SettingsError, StackUnavailable, AuditError) as e:
+                                    trail=trail, actor=actor or audit_default_actor(), fhir_version=fhir_version.value)
+    except (InputError, SettingsError, ProfileError, StackUnavailable, AuditError) as e:
         fail(str(e))
     if outcome.stopped:
         raise typer.Exit(EXIT_REFUSED)

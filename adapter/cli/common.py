@@ -33,6 +33,17 @@ class Validation(str, Enum):
     off = "off"
 
 
+class FhirVersion(str, Enum):
+    r4 = "r4"
+    r5 = "r5"
+    auto = "auto"
+
+
+FhirVersionOpt = typer.Option(FhirVersion.auto, "--fhir-version",
+                              help="The FHIR version of the input: r4, r5, or auto (each record's fhirVersion, "
+                                   "versioned meta.profile or version-only resource types; none: r4).")
+
+
 def tune_gc() -> None:
     """De-identification allocates millions of short-lived, acyclic JSON objects; with Python's default
     threshold the cycle collector ran so often that it took ~16% of the fast path (benchmarks/fhir_throughput.py)."""

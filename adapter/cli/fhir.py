@@ -1,4 +1,4 @@
-"""`deid-adapter fhir`: de-identify FHIR R4 files and folders."""
+"""`deid-adapter fhir`: de-identify FHIR R4 and R5 files and folders."""
 from __future__ import annotations
 
 import hashlib
@@ -14,6 +14,8 @@ from adapter.cli import auditing
 from adapter.cli.common import (
     EXIT_BAD_INPUT,
     EXIT_REFUSED,
+    FhirVersionOpt,
+    FhirVersion,
     KeyFile,
     LlmModel,
     LlmUrl,
@@ -36,9 +38,10 @@ def fhir(
     stack: Optional[str] = StackOpt,
     key_file: Optional[Path] = KeyFile,
     validate: Validation = typer.Option(Validation.full, "--validate",
-                                        help="full: validate every input and output with the R4B models; "
+                                        help="full: validate every input and output with its version's models (R4B's for R4); "
                                              "sample: one record in 20 (trusted bulk input); off: none."),
     today: Optional[str] = typer.Option(None, "--today", help="Reference day for ages (YYYY-MM-DD); default: today."),
+    fhir_version: FhirVersion = FhirVersionOpt,
     llm_url: Optional[str] = LlmUrl,
     llm_model: Optional[str] = LlmModel,
     audit: Optional[str] = auditing.AuditOpt,
@@ -47,13 +50,14 @@ def fhir(
     vault: bool = auditing.VaultFlag,
     vault_key_file: Optional[Path] = auditing.VaultKeyOpt,
 ) -> None:
-    """De-identify FHIR R4 input into OUTPUT. Bad files are reported and skipped; the exit code says so."""
-    engine = fhir_engine(key_file, profile, stack, validate is Validation.full, today, settings.llm(llm_url, llm_model),
-                         rules)
+    """De-identify FHIR R4 or R5 input into OUTPUT. Bad files are reported and skipped; the exit code says so."""
+    # the arguments first, the models last: a wrong argument is answered before a model loads
     if input.resolve() == output.resolve():
         fail("OUTPUT must differ from INPUT")
     try:
         inputs = fhir_files.list_inputs(input)
+        if validate is Validation.full:
+            fhir_files.check_validation_size(inputs)
     except InputError as e:
         fail(str(e))
     single = input.is_file()
@@ -61,6 +65,8 @@ def fhir(
         fail(f"{input}: no .json or .ndjson files")
     if not single and output.exists() and not output.is_dir():
         fail(f"{output}: exists and is not a folder (INPUT is a folder)")
+    engine = fhir_engine(key_file, profile, stack, validate is Validation.full, today, settings.llm(llm_url, llm_model),
+                         vault_key_file, fhir_version.value, rules)
     root = output if output.is_dir() or not single else None  # a folder written into: no link may lead out of it
     account = auditing.open_session(engine, "fhir", audit, audit_key_file, actor, vault, vault_key_file)
     counts = {"written": 0, "bad_input": 0, "refused": 0, "skipped": 0, "resources": 0, "refused_lines": 0}

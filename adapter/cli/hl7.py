@@ -19,8 +19,8 @@ from adapter.cli.common import (
     RulesOpt,
     fail,
 )
-from adapter.engines import fhir_engine, profiles
-from fhir_transforms.errors import InputError, RecordRefused
+from adapter.engines import fhir_engine, profiles, with_vault_key
+from fhir_transforms.errors import InputError, RecordRefused, SettingsError
 from fhir_transforms.hl7v2.engine import HL7Deidentifier
 from fhir_transforms.hl7v2.message import decode_bytes, encode
 from adapter import settings
@@ -52,10 +52,10 @@ def hl7(
     audit_store: Optional[str] = auditing.AuditOpt,
     audit_key_file: Optional[Path] = auditing.AuditKeyOpt,
     actor: Optional[str] = auditing.ActorOpt,
+    vault_key_file: Optional[Path] = auditing.VaultKeyOpt,
 ) -> None:
     """De-identify HL7v2 ER7 messages into OUTPUT. Bad files are reported and skipped; the exit code says so."""
-    base = fhir_engine(key_file, profile, stack, False, today, settings.llm(llm_url, llm_model), rules)
-    engine = HL7Deidentifier(profiles(profile, rules).hl7, base.pseudo, base.stack, base.clock)
+    # the arguments first, the models last: a wrong argument is answered before a model loads
     if input.resolve() == output.resolve():
         fail("OUTPUT must differ from INPUT")
     try:
@@ -64,6 +64,16 @@ def hl7(
         fail(str(e))
     if not inputs:
         fail(f"{input}: no .hl7, .txt or .er7 files")
+    try:
+        hl7_rules = profiles(profile, rules).hl7
+    except SettingsError as e:
+        fail(str(e))
+    base = fhir_engine(key_file, profile, stack, False, today, settings.llm(llm_url, llm_model), rules=rules)
+    engine = HL7Deidentifier(hl7_rules, base.pseudo, base.stack, base.clock)
+    try:
+        with_vault_key(base.pseudo, engine.profile.methods, vault_key_file)
+    except SettingsError as e:
+        fail(str(e))
     trail = auditing.open_trail(audit_store, audit_key_file)
     who = {"actor": actor or audit.default_actor(), "channel": "cli", "data_format": "hl7v2"}
     single = input.is_file()

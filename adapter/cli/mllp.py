@@ -16,7 +16,8 @@ import typer
 from adapter.audit import trail as audit
 from adapter.cli import auditing
 from adapter.cli.common import KeyFile, LlmModel, LlmUrl, ProfileOpt, RulesOpt, fail
-from adapter.engines import fhir_engine, profiles
+from adapter.engines import fhir_engine, profiles, with_vault_key
+from fhir_transforms.errors import SettingsError
 from adapter.mllp import listener as edge
 from fhir_transforms.hl7v2.engine import HL7Deidentifier
 from text_deid.stack import SETTINGS_OF, STACKS
@@ -52,8 +53,13 @@ class Pools:
 def _hl7_engine(key_file, profile: Optional[str], stack: Optional[str], llm=None,
                 rules: Optional[Path] = None) -> Callable[[str], str]:
     """The HL7v2 engine the `hl7` command uses, with the same key, profile (or site rules), stack and LLM options."""
-    base = fhir_engine(key_file, profile, stack, False, None, llm, rules)  # a bad rules file: exit 2 before listening
-    return HL7Deidentifier(profiles(profile, rules).hl7, base.pseudo, base.stack, base.clock).deidentify
+    base = fhir_engine(key_file, profile, stack, False, None, llm, rules=rules)  # a bad rules file: exit 2 before listening
+    try:
+        engine = HL7Deidentifier(profiles(profile, rules).hl7, base.pseudo, base.stack, base.clock)
+        with_vault_key(base.pseudo, engine.profile.methods)
+        return engine.deidentify
+    except SettingsError as e:
+        fail(str(e))
 
 
 def mllp(

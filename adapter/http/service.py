@@ -30,6 +30,7 @@ from fhir_transforms import dates
 from fhir_transforms.errors import DetectorFailed, InputError, LeakFound, RecordRefused
 from fhir_transforms.keys import Key
 from fhir_transforms.pseudonym import Pseudonymizer
+from fhir_transforms.r4 import versions
 from fhir_transforms.r4.record import Deidentifier
 from fhir_transforms.rules import ProfileError, load_profile
 from text_deid import budget
@@ -69,6 +70,7 @@ class ServiceConfig:
     engines: dict = field(default_factory=dict)  # by (profile, stack) as loaded, never as a request spelled them
     llm: LlmSettings | None = None  # the Ollama endpoint of the LLM stacks (None: the environment)
     site: Profiles | None = None  # --rules: the site rules over `profile`, for every request (no other profile)
+    fhir_version: str = versions.DEFAULT  # r4, r5 or auto, unless a request names its version
 
 
 class HttpError(Exception):
@@ -230,7 +232,7 @@ def create_app(config: ServiceConfig) -> FastAPI:
         if not isinstance(doc, dict):
             raise HttpError(400, "structure", "the body must be a FHIR resource (a JSON object)")
         wrapped = doc.get("resourceType") == "Parameters"
-        profile = stack = None
+        profile = stack = asked = None
         if wrapped:
             given = doc.get("parameter") or []
             if not isinstance(given, list):
@@ -241,12 +243,17 @@ def create_app(config: ServiceConfig) -> FastAPI:
             resource = params["resource"]["resource"]
             profile = _param_value(params.get("profile"))
             stack = _param_value(params.get("stack"))
+            asked = _param_value(params.get("fhirVersion"))
         else:
             resource = doc
+        version = _fhir_version(request.headers.get("content-type", ""), asked) or config.fhir_version
         deid = engine(profile, stack)
 
+        def deidentify(res: dict, path: str):
+            return deid.deidentify(res, path, fhir_version=version)
+
         async def work():
-            result = await run(map_errors(deid.deidentify), resource, "resource")
+            result = await run(map_errors(deidentify), resource, "resource")
             out = result.resource
             if wrapped:
                 out = {"resourceType": "Parameters", "parameter": [{"name": "return", "resource": out}]}
@@ -273,12 +280,18 @@ def create_app(config: ServiceConfig) -> FastAPI:
         except InputError as e:
             raise HttpError(*HTTP_STATUS[InputError], str(e)) from None
 
+        charset = ""
+
         async def work():
+            nonlocal charset
             out = await run(map_errors(deid.deidentify_file_text), text)
-            return None, out.encode()
+            # written as the CLI and MLLP write: in the charset each MSH-18 names, which Content-Type names too
+            data, charset = map_errors(er7.encode)(out), er7.content_charset(out)
+            return None, data
 
         _, output = await audited(request, deid, "hl7v2", raw, work)
-        return respond(200, output, "x-application/hl7-v2+er7"), digest, len(raw)
+        media = "x-application/hl7-v2+er7" + (f"; charset={charset}" if charset else "")
+        return respond(200, output, media), digest, len(raw)
 
     @app.post("/fhir/$de-identify")
     async def fhir_deidentify(request: Request):
@@ -328,6 +341,27 @@ def _param_value(param: dict | None) -> str | None:
         if isinstance(param.get(key), str):
             return param[key]
     raise HttpError(400, "invalid", f"parameter {param.get('name')!r} must be a code or string")
+
+
+def _fhir_version(content_type: str, asked: str | None) -> str | None:
+    """The FHIR version a request names: the `fhirVersion` parameter of its media type (FHIR's own way, e.g.
+    `application/fhir+json; fhirVersion=5.0`) or of its Parameters (r4, r5, auto or a number); None if neither."""
+    named = {}
+    for part in content_type.split(";")[1:]:
+        key, _, value = part.partition("=")
+        if key.strip().lower() == "fhirversion":
+            version = versions.of_number(value.strip().strip('"'))
+            if version is None:
+                raise HttpError(415, "not-supported", "fhirVersion of the media type must be 4.0, 4.3 or 5.0")
+            named["media type"] = version
+    if asked is not None:
+        version = asked if asked in (*versions.FHIR_VERSIONS, versions.AUTO) else versions.of_number(asked)
+        if version is None:
+            raise HttpError(400, "invalid", "parameter 'fhirVersion' must be r4, r5, auto or a FHIR version number")
+        named["parameter"] = version
+    if len(set(named.values())) > 1:
+        raise HttpError(400, "invalid", "the media type and the fhirVersion parameter name different FHIR versions")
+    return next(iter(named.values()), None)
 
 
 def _until(deadline: float, fn, *args):

@@ -12,7 +12,6 @@ unsupported MSH-18, too large, refused by the de-identification policy (RecordRe
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import functools
 import hashlib
@@ -27,11 +26,9 @@ import signal
 import socket
 import struct
 import time
-import uuid
 import weakref
 from concurrent.futures import BrokenExecutor, Executor, ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Awaitable, Callable, Optional, Sequence, Union
 
@@ -211,6 +208,12 @@ def _version_tuple(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", version)[:3]) or (2, 5)
 
 
+@functools.lru_cache(maxsize=1)
+def _utc_stamp(second: int) -> str:
+    """MSH-7 of an ACK, worked out once per second (ACKs go out hundreds a second)."""
+    return time.strftime("%Y%m%d%H%M%S+0000", time.gmtime(second))
+
+
 def build_ack(header: Optional[Header], code: str, error: Optional[str] = None, error_code: int = 207) -> str:
     """An original-mode ACK: MSH with sending and receiving app/facility swapped, same version,
     MSH-9 ACK^<trigger>, MSA-2 = the sender's MSH-10, and for AE/AR an ERR that names the problem."""
@@ -222,10 +225,10 @@ def build_ack(header: Optional[Header], code: str, error: Optional[str] = None, 
     msh9 = "ACK" + (f"{comp}{trigger}" if trigger else "")
     if trigger and _version_tuple(version) >= (2, 3, 1):
         msh9 += f"{comp}ACK"
-    now = datetime.now(timezone.utc).strftime("%Y%m%d%H%M%S+0000")
-    msh = ["MSH", enc, h(5), h(6), h(3), h(4), now, "", msh9, uuid.uuid4().hex[:20], h(11) or "P", h(12) or version]
-    if header and header.field(18):
-        msh += [""] * (17 - len(msh)) + [h(18)]
+    now = _utc_stamp(int(time.time()))
+    msh = ["MSH", enc, h(5), h(6), h(3), h(4), now, "", msh9, os.urandom(10).hex(), h(11) or "P", h(12) or version]
+    if header and h(18).split(header.encoding[1:2] or "~")[0].strip().upper() in er7.CHARSETS:
+        msh += [""] * (17 - len(msh)) + [h(18)]  # an unknown one is not copied: the ACK could not agree with it
     segments = [sep.join(msh)]
     control_id = header.control_id if header else ""
     if error is None:
@@ -242,6 +245,17 @@ def build_ack(header: Optional[Header], code: str, error: Optional[str] = None, 
             segments.append(sep.join(["ERR", "", "", comp.join([str(error_code), name, "HL70357"]), "E",
                                       "", "", "", text]))
     return "\r".join(segments) + "\r"
+
+
+def ack_bytes(ack: str) -> bytes:
+    """An ACK's bytes, agreeing with its own MSH-18 as every HL7v2 output does (`er7.write_message`): it copies
+    MSH-3..6 and MSH-18 of the message it answers, which may hold characters its label does not."""
+    if ack.isascii():  # nearly every ACK: any label holds it, and `write_message` would write these bytes
+        return ack.encode("ascii")
+    try:
+        return er7.write_message(er7.parse_message(ack))
+    except InputError:  # delimiters of a frame that could not be read: no MSH-18 to agree with, ASCII only
+        return ack.encode("ascii", "replace")
 
 
 def read_ack(payload: bytes) -> tuple[str, str]:
@@ -626,41 +640,34 @@ AuditHook = Callable[[list[AuditEvent]], list]
 class AuditedQueue:
     """The audit records, then the queue inserts, of the messages that finish together. The audit transaction
     runs on the audit's own thread; once it is durable, that thread hands the group's queue commit straight to
-    the queue's thread (not back through the event loop, a hop that cost ~0.5 ms of latency on a busy machine)
-    and takes the next group's audit while the queue commits this one."""
+    the queue's thread, and takes the next group's audit while the queue commits this one. The event loop hears
+    of a group once, when its queue commit is durable (or its audit failed): not of the audit in between."""
 
     def __init__(self, audit: AuditHook, store: AsyncStore, linger: Callable[[], Awaitable[None]]):
         self.hook, self.store = audit, store
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mllp-audit")
         self.commits = GroupCommit(self._write, self._thread, linger=linger)
         self.queue_commits = 0
-        self._queued: dict[concurrent.futures.Future, asyncio.Future] = {}
 
     async def submit(self, event: AuditEvent, incoming: Optional[Incoming]) -> Optional[str]:
         """Audit `event`, then queue `incoming` (when given): what the queue answered (QUEUED, RESEND, REUSED), or
         None with nothing to queue. Raises what the audit or the queue raised; a failed audit queues nothing."""
-        result = await self.commits.submit((event, incoming))
-        if result is None:
-            return None
-        commit, k = result
-        queued = self._queued.get(commit)
-        if queued is None:  # one loop-side future per group commit, shared by its messages
-            queued = self._queued[commit] = asyncio.wrap_future(commit)
-            queued.add_done_callback(lambda _: self._queued.pop(commit, None))
-        outcome = (await queued)[k]
+        outcome = await self.commits.submit((event, incoming))
         if outcome == QUEUED:
             self.store.new_message.set()
         return outcome
 
-    def _write(self, items: list[tuple[AuditEvent, Optional[Incoming]]]) -> list:
+    def _write(self, items: list[tuple[AuditEvent, Optional[Incoming]]]):
+        """On the audit thread: the group's audit, then its queue commit handed on (a future of the outcomes)."""
         self.hook([event for event, _ in items])  # raises: nothing of the group is queued
-        queued = [incoming for _, incoming in items if incoming is not None]
-        if not queued:
+        if all(incoming is None for _, incoming in items):
             return [None] * len(items)
         self.queue_commits += 1
-        commit = self.store.executor.submit(self.store.store.enqueue_many, queued)
-        positions = itertools.count()
-        return [None if incoming is None else (commit, next(positions)) for _, incoming in items]
+        return self.store.executor.submit(self._enqueue, items)
+
+    def _enqueue(self, items: list[tuple[AuditEvent, Optional[Incoming]]]) -> list:
+        outcomes = iter(self.store.store.enqueue_many([incoming for _, incoming in items if incoming is not None]))
+        return [None if incoming is None else next(outcomes) for _, incoming in items]
 
     async def drain(self) -> None:
         """Until every audit is written and every queue commit handed on (the queue's thread finishes those
@@ -742,8 +749,10 @@ class MllpListener:
         decoder = FrameDecoder(self.max_frame)
         try:
             while not self._stopping:
-                timeout = self.partial_timeout if decoder.partial else None
-                data = await asyncio.wait_for(reader.read(READ_CHUNK), timeout)
+                if decoder.partial:
+                    data = await asyncio.wait_for(reader.read(READ_CHUNK), self.partial_timeout)
+                else:  # no timer and no task for the wait between whole frames
+                    data = await reader.read(READ_CHUNK)
                 if not data:
                     break
                 conn.busy = True
@@ -774,11 +783,10 @@ class MllpListener:
             self.stats.rejected += 1
             log.warning("connection %d: bad frame: %s", cid, event.reason)
             header = _header_or_none(event.head) if event.head else None
-            return build_ack(header, "AR", event.reason, event.code).encode("latin-1", "replace")
-        header, codec = None, "latin-1"
+            return ack_bytes(build_ack(header, "AR", event.reason, event.code))
+        header = None
         try:
             decoded = decode_message(event)
-            codec = decoded.codec
             header = parse_header(decoded.text)
             ack = await self._accept(header, decoded, cid, number)
         except NotAccepted as e:
@@ -809,7 +817,7 @@ class MllpListener:
             self.stats.rejected += 1
             log.error("connection %d: message #%d: internal error %s", cid, number, type(e).__name__)
             ack = build_ack(header, "AR", f"internal error ({type(e).__name__}); resend later", 207)
-        return ack.encode(codec, "replace")
+        return ack_bytes(ack)
 
     def _peer(self, cid: int) -> str:
         conn = self._conns.get(cid)
@@ -817,10 +825,8 @@ class MllpListener:
 
     async def _accept(self, header: Header, decoded: er7.Decoded, cid: int = 0, number: int = 0) -> str:
         out = await self.engine(decoded.text)
-        try:  # in the character set the output's MSH-18 names (the engine made it one that holds the text)
-            body, codec = er7.encode(out), er7.output_codec(out)
-        except UnicodeEncodeError:
-            raise InputError("the de-identified message cannot be written in its MSH-18 character set") from None
+        # in the character set the output's MSH-18 names (the engine made it one that holds the text)
+        body, codec = er7.encode(out), er7.output_codec(out)
         out_control_id = parse_header(out).control_id
         # resends are recognized by the output's control id, a keyed pseudonym of (sender, MSH-10): the
         # store never holds the sender's own id
@@ -880,6 +886,13 @@ def allowed(host: str, networks: Sequence[IPNetwork]) -> bool:
 
 
 def _header_or_none(payload: bytes) -> Optional[Header]:
+    """The MSH of a frame that was not accepted, for its NAK: read as UTF-8 where it is, else byte for byte."""
+    try:
+        return parse_header(payload.decode("utf-8"))
+    except UnicodeDecodeError:
+        pass
+    except NotAccepted:
+        return None
     try:
         return parse_header(payload.decode("latin-1"))
     except NotAccepted:
@@ -979,8 +992,10 @@ class Forwarder:
     is down. A message is marked delivered only after the target has it, so nothing is lost.
 
     Marks are committed behind the delivery, not before the next one (a mark waiting behind an enqueue's
-    fsync would otherwise cap delivery at one message per fsync): after a crash, the messages the target
-    had ACKed in the last moments before it (at most MAX_UNMARKED) are sent again; receivers drop them by MSH-10.
+    fsync would otherwise cap delivery at one message per fsync): they go with the next fetch of queued
+    messages, in the same call to the queue's thread, or in one commit of their own once half of MAX_UNMARKED
+    pile up. After a crash, the messages the target had ACKed in the last moments before it (at most
+    MAX_UNMARKED) are sent again; receivers drop them by MSH-10.
     """
 
     MAX_UNMARKED = 64
@@ -1000,7 +1015,8 @@ class Forwarder:
         try:
             while not self._stop.is_set():
                 self.store.new_message.clear()
-                batch = await self.store.pending(after)
+                marks, self._unmarked = self._unmarked, []
+                batch = await self.store.pending(after, delivered=marks)
                 if not batch:
                     await _wait(self.store.new_message, 1.0)
                     continue
@@ -1036,7 +1052,7 @@ class Forwarder:
         self._unmarked.append(item_id)
         if len(self._unmarked) >= self.MAX_UNMARKED:
             await self._flush_marks()
-        elif self._marking is None or self._marking.done():
+        elif len(self._unmarked) >= self.MAX_UNMARKED // 2 and (self._marking is None or self._marking.done()):
             self._marking = asyncio.create_task(self._flush_marks())
 
     async def _flush_marks(self) -> None:

@@ -13,12 +13,13 @@ digest matches too; the same control id on different content is a conflict (the 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import sqlite3
 import time
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Awaitable, Callable, Optional
+from typing import Awaitable, Callable, Optional, Sequence
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS queue (
@@ -133,8 +134,10 @@ class Store:
                 added.append(QUEUED)
         return added
 
-    def pending(self, after_id: int = 0, limit: int = 256) -> list[Queued]:
-        """The oldest queued messages after `after_id`, in delivery order."""
+    def pending(self, after_id: int = 0, limit: int = 256, delivered: Sequence[int] = ()) -> list[Queued]:
+        """The oldest queued messages after `after_id`, in delivery order; `delivered` ids are marked first."""
+        if delivered:
+            self.mark_delivered(delivered)
         rows = self.db.execute("SELECT id, control_id, charset, body FROM queue WHERE id > ? ORDER BY id LIMIT ?",
                                (after_id, limit)).fetchall()
         return [Queued(*r) for r in rows]
@@ -189,8 +192,9 @@ class GroupCommit:
     """Items from concurrent callers, written by one function on one thread in batches: every item that arrives
     while a batch is being written goes into the next one, so N waiting callers cost one commit, not N.
 
-    `write(items)` returns one result per item, durable when it returns; a caller gets its item's result only
-    then, or the exception the write raised (and nothing of a failed batch is reported as written).
+    `write(items)` returns one result per item, durable when it returns, or a concurrent future of them (it
+    handed its last step to another thread); a caller gets its item's result only then, or the exception the
+    write raised (and nothing of a failed batch is reported as written).
 
     `linger`, when given, is awaited before each batch is written, and items submitted meanwhile join it (as
     PostgreSQL's commit_delay waits for sibling transactions): a commit's fixed cost (an fsync, a lock, a
@@ -215,7 +219,6 @@ class GroupCommit:
         return await fut
 
     async def _write_waiting(self) -> None:
-        loop = asyncio.get_running_loop()
         while self._waiting:
             if self.linger is not None and len(self._waiting) < self.max_batch:
                 await self.linger()
@@ -223,7 +226,9 @@ class GroupCommit:
             self.batches += 1
             self.items += len(batch)
             try:
-                results = await loop.run_in_executor(self.executor, self.write, [it for it, _ in batch])
+                done: concurrent.futures.Future = concurrent.futures.Future()
+                self.executor.submit(_complete, done, self.write, [it for it, _ in batch])
+                results = await asyncio.wrap_future(done)
             except Exception as e:  # noqa: BLE001 - every waiter must hear of it; none may be told it was written
                 for _, fut in batch:
                     if not fut.done():
@@ -237,6 +242,29 @@ class GroupCommit:
         """Until every submitted item is written (or failed)."""
         while self._writing is not None and not self._writing.done():
             await asyncio.shield(self._writing)
+
+
+def _complete(done: concurrent.futures.Future, write: Callable[[list], object], items: list) -> None:
+    """On the commit thread: `done` gets write's results, or its exception; a write that hands its last step to
+    another thread returns that step's future, and `done` follows it (the loop is woken once, at the end)."""
+    if not done.set_running_or_notify_cancel():  # its callers were cancelled before it started
+        return
+    try:
+        result = write(items)
+    except BaseException as e:  # noqa: BLE001 - handed to the waiting callers
+        done.set_exception(e)
+        return
+    if not isinstance(result, concurrent.futures.Future):
+        done.set_result(result)
+        return
+
+    def follow(step: concurrent.futures.Future) -> None:
+        error = step.exception()
+        if error is not None:
+            done.set_exception(error)
+        else:
+            done.set_result(step.result())
+    result.add_done_callback(follow)
 
 
 class AsyncStore:
@@ -265,8 +293,8 @@ class AsyncStore:
             self.new_message.set()
         return outcome
 
-    async def pending(self, after_id: int = 0, limit: int = 256) -> list[Queued]:
-        return await self._call(self.store.pending, after_id, limit)
+    async def pending(self, after_id: int = 0, limit: int = 256, delivered: Sequence[int] = ()) -> list[Queued]:
+        return await self._call(self.store.pending, after_id, limit, delivered)
 
     async def mark_delivered(self, ids: list[int]) -> None:
         await self._call(self.store.mark_delivered, ids)

@@ -13,7 +13,7 @@ from typing import Optional, Sequence
 
 from adapter.review.queue import HeldRecord, ReviewQueue, TextUnderReview, Thresholds
 from fhir_transforms.r4.record import Deidentifier, RecordResult
-from fhir_transforms.r4.walker import RecordContext, walk_resource
+from fhir_transforms.r4.walker import RecordContext, walk_record
 from text_deid import merge
 from text_deid.spans import CATEGORIES, DetectorError, KnownIdentifier, Span
 
@@ -96,8 +96,8 @@ def text_paths(engine: Deidentifier, resource: dict, root: str) -> list[str]:
     """The path (below `root`) of each text the engine hands its stack for `resource`, in its order: the engine's
     walk, without detection."""
     ctx = RecordContext(engine.profile, engine.pseudo, engine.clock)
-    walk_resource(copy.deepcopy(resource), root, ctx)
-    return [_relative(p.path, root) for p in ctx.pending for _ in p.ref.texts]
+    walk_record(copy.deepcopy(resource), root, ctx)
+    return [_relative(p.path, root) for p in ctx.pending if not p.ref.known_only for _ in p.ref.texts]
 
 
 @dataclass

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from text_deid.detectors.ner import DEFAULT_MODEL
-from text_deid.ner_training import synth, train
+from text_deid.ner_training import export, synth, train
 from text_deid.spans import CATEGORIES
 
 
@@ -86,6 +86,7 @@ def fine_tune(examples: Sequence[dict], out: Path, *, base: Optional[Path] = Non
     model.half().save_pretrained(out)
     tokenizer.save_pretrained(out)
     shutil.copy(base / "labels.json", out / "labels.json")
+    export.export(out)  # the graph the NER detector runs
     report = {"base": str(base), "review_examples": len(examples), "review_chunks": len(reviewed),
               "synthetic_docs": synthetic, "steps": steps, "batch": batch, "lr": lr, "seed": seed,
               "final_loss": round(float(loss.item()), 4), "seconds": round(time.time() - t0, 1)}

@@ -6,6 +6,7 @@ leak guard over every field of the output → serialize (re-split to check the s
 from __future__ import annotations
 
 import base64
+import math
 import re
 from dataclasses import dataclass, field
 from datetime import date
@@ -17,14 +18,14 @@ from fhir_transforms.hl7v2.identifying import dates_with_time, identifying
 from fhir_transforms.hl7v2.rules import (Datatype, DTMError, HL7Profile, Rule, dtm_age, dtm_full_date, dtm_shift, dtm_year,
                                          identifier_system, is_calendar_dtm, is_dtm)
 from fhir_transforms.hl7v2.standard import standard_version
-from fhir_transforms import dates, zipcodes
+from fhir_transforms import dates, values, zipcodes
 from fhir_transforms.errors import InputError, LeakFound, RecordRefused
-from fhir_transforms.fpe import fpe_format, selects
+from fhir_transforms.fpe import FpeFallback, fpe_format, selects
 from fhir_transforms.methods import METHODS, check_implemented
 from fhir_transforms.pseudonym import Pseudonymizer
 from text_deid import leak_guard, replace
 from text_deid.spans import DetectorError, KnownIdentifier, Span
-from text_deid.stack import TextStack
+from text_deid.stack import TextStack, known_identifiers_only
 from fhir_transforms.hl7v2.rules import load_hl7_profile
 
 TEXT_PAYLOAD_SUBTYPES = ("PLAIN", "TEXT", "RTF", "HTML", "XML", "CDA", "X-HL7-CDA-LEVEL-ONE", "SGML", "JSON", "X-RTF")
@@ -33,8 +34,11 @@ RECORDED_TYPES = frozenset({"XPN", "XCN", "PPN", "NDL", "XAD", "XTN", "CX"})
 # what a kept value must hold to hide a date with a time or an offset (`is_calendar_dtm(..., with_time=True)`)
 DATE_TIME_RE = re.compile(r"\d{10}|\d{8}[+-]\d{4}")
 LEAF_SEPARATOR = "\x00"  # between leaves in the leak guard's view of a field: no known form spans two leaves
-OBX_AGE = Rule(method="age90", options={"value": "age"})  # OBX-5 of a numeric age observation
+OBX_AGE = Rule(method="age90", options={"value": "age"})  # OBX-5 of an age observation (`_age`)
+# an ST age: a number with an optional comparator and unit word ("95 years", ">89")
+AGE_TEXT_RE = re.compile(r"\s*(<=|>=|<|>|=)?\s*(\d{1,5}(?:\.\d+)?)\s*([A-Za-z_{}]*)\s*")
 OBX_TEXT = Rule(method="text")  # OBX-5 of a value type the profile does not list
+CODED_TYPES = frozenset({"CE", "CWE", "CNE"})  # a `term` component of these is coded text only beside its code
 
 
 @dataclass
@@ -45,6 +49,7 @@ class Note:
     parts: list[tuple[list[str], int]] = field(default_factory=list)  # (container, index) of each leaf
     texts: list[str] = field(default_factory=list)
     write: Callable[[Note, list[Span]], None] | None = None
+    known_only: bool = False  # kept text (a term): searched for the message's known identifiers alone
 
     @property
     def text(self) -> str:
@@ -62,6 +67,7 @@ class MessageWalk:
         self.notes: list[Note] = []
         self.offset_key = _patient_key(message, self.profile)
         msh = message.segments[0]
+        self.record_key = f"MSH-10|{self._decoded(msh.get(10))}" if msh.sid == "MSH" else ""
         self.version = standard_version(self._decoded(msh.get(12).split(self.d.component)[0])
                                         if msh.sid == "MSH" else "")
         self.old_birth_days = self._birth_days_over_89()
@@ -127,17 +133,56 @@ class MessageWalk:
     def _rule(self, seg: er7.Segment, n: int) -> Rule:
         if seg.sid == "OBX" and n == 5:
             vtype = self._decoded(seg.get(2).split(self.d.component)[0]).strip().upper()
-            code = self._decoded(seg.get(3).split(self.d.component)[0]).strip()
-            if vtype == "NM" and (code in self.profile.observation_ages or self._in_years(seg)):
+            if vtype in self.profile.observation_age_types and self._per_year(seg) is not None:
+                nm = self.profile.observation_values.get("NM")  # a site that perturbs numbers perturbs ages in years too
+                if vtype == "NM" and nm and nm.method == "perturb" and self._per_year(seg) == 1:
+                    return Rule(method="perturb", options={**nm.options, "age": True})
                 return OBX_AGE
-            ov = self.profile.observation_values
-            return ov.get(vtype) or ov.get("default") or OBX_TEXT
+            return self._observation_rule(vtype)
         return self.profile.rule(seg.sid, n, self.version)
 
-    def _in_years(self, seg: er7.Segment) -> bool:
-        """OBX-6 names years (UCUM `a`, or a text unit such as `yr`, `years`): a number in years is ruled as an age."""
+    def _observation_rule(self, vtype: str) -> Rule:
+        ov = self.profile.observation_values
+        return ov.get(vtype) or ov.get("default") or OBX_TEXT
+
+    def _per_year(self, seg: er7.Segment) -> float | None:
+        """How many of its unit make a year, for an OBX that is an age (profile `observation_ages`,
+        `observation_age_units`), else None: a unit of years makes any observation an age; an age code counts
+        in its unit, or in years without one."""
         units = [self._decoded(c).strip().casefold() for c in seg.get(6).split(self.d.component)[:2]]
-        return any(u in self.profile.observation_age_units for u in units if u)
+        per_year = next((self.profile.observation_age_units[u] for u in units if u in self.profile.observation_age_units),
+                        None)
+        if per_year == 1:
+            return 1
+        codes = seg.get(3).split(self.d.repetition)[0].split(self.d.component)
+        if any(self._decoded(codes[i]).strip() in self.profile.observation_ages for i in (0, 3) if i < len(codes)):
+            return per_year or 1
+        return None
+
+    def _age(self, rep: list[list[str]], where: str, seg: er7.Segment) -> None:
+        """OBX-5 of an age observation: 90 years or more becomes the category 90+, in the unit sent (NM `90`,
+        SN `>=^90`, ST `>=90`); younger ages are kept. An ST that is not a number goes through the text stack."""
+        vtype = self._decoded(seg.get(2).split(self.d.component)[0]).strip().upper()
+        per_year = self._per_year(seg)
+        ninety = f"{math.ceil(90 * per_year):d}"
+        if vtype == "SN":
+            values = [self._decoded(c[0]) if c else "" for c in rep] + ["", "", "", ""]
+            numbers = [float(v) for v in (values[1], values[3]) if re.fullmatch(r"\s*\d+(?:\.\d+)?\s*", v)]
+            if any(_over_89(x / per_year, values[0].strip() if i == 0 else "") for i, x in enumerate(numbers)):
+                rep[:] = [[">="], [ninety]]
+            return
+        value = self._decoded(rep[0][0]) if rep and rep[0] else ""
+        m = AGE_TEXT_RE.fullmatch(value)
+        if vtype == "ST" and not m:
+            self.rep(self._observation_rule(vtype), rep, where, seg)
+            return
+        if not m or (vtype == "NM" and m.group(1)):
+            return  # not a number: NM is kept as sent, as any NM
+        word = m.group(3).casefold()
+        per_word = self.profile.observation_age_units.get(word, per_year) if word else per_year
+        if _over_89(float(m.group(2)) / per_word, m.group(1) or ""):
+            written = ninety if vtype == "NM" else f">={math.ceil(90 * per_word):d}" + (f" {m.group(3)}" if word else "")
+            rep[:] = [[er7.escape(written, self.d)]]
 
     def _clears(self, rule: Rule) -> bool:
         """Whether a field rule empties every leaf and records nothing: a plain `remove`, or a datatype
@@ -182,6 +227,8 @@ class MessageWalk:
         return self.profile.resolve(rule)
 
     def rep(self, rule: Rule, rep: list[list[str]], where: str, seg: er7.Segment) -> None:
+        if rule is OBX_AGE:
+            return self._age(rep, where, seg)
         target = self._resolve(rule)
         if isinstance(target, Datatype):
             if target.name in RECORDED_TYPES:
@@ -266,6 +313,19 @@ class MessageWalk:
             if holder[j]:
                 self.text(holder, j, where, owner, rep, seg)
 
+    def _term(self, rule: Rule, leaves, where, owner, rep, seg, container) -> None:
+        """Coded text (CE/CWE/CNE 2, 5, 11 beside the code before it) and organisation names (XON-1): kept, and
+        searched for the message's known identifiers alone. A text component without its code is free text."""
+        if owner in CODED_TYPES and not _code_beside(where, rep):
+            return self._text(rule, leaves, where, owner, rep, seg, container)
+        for holder, j in leaves:
+            if holder[j]:
+                decoded = self._decoded(holder[j])
+                if is_calendar_dtm(decoded):  # as in `text`: a date a sender put there gets the date rule
+                    self._as_date(holder, j, decoded, where, owner, rep)
+                else:
+                    self.notes.append(Note(where, [(holder, j)], [decoded], self._write_leaves, known_only=True))
+
     def _remove(self, rule: Rule, leaves, where, owner, rep, seg, container) -> None:
         if "category" in rule.options:
             value = self._decoded(leaves[0][0][leaves[0][1]])
@@ -301,7 +361,7 @@ class MessageWalk:
                     return None
             if m == "age90":
                 return self._age90(value)
-            out = dtm_year(value) if m == "year" else dtm_shift(value, self._offset())
+            out = dtm_year(value) if m == "year" else dtm_shift(value, self._offset(options))
         except (DTMError, dates.DateFormatError, ValueError):
             return None
         self.written_dates.add((self._segment_number, out))
@@ -317,19 +377,91 @@ class MessageWalk:
             return self._token(value, options)
         return self._pseudonym(value, owner, rep, container, options if m == "fpe" else None)
 
+    def _substitute(self, rule: Rule, leaves, where, owner, rep, seg, container) -> None:
+        """A fixed value in the first leaf (the others emptied), or a keyed surrogate of the kind in every leaf."""
+        options = rule.options
+        category = options.get("category") or values.KIND_CATEGORY.get(options.get("kind", ""))
+        for k, (holder, j) in enumerate(leaves):
+            value = self._decoded(holder[j])
+            if category and value.strip():
+                self.known.add(KnownIdentifier(value, category))
+            if "value" in options:
+                holder[j] = er7.escape(str(options["value"]), self.d) if k == 0 else ""
+            elif value.strip():
+                holder[j] = er7.escape(values.surrogate(self.pseudo, options["kind"], value), self.d)
+
+    def _generalize(self, rule: Rule, leaves, where, owner, rep, seg, container) -> None:
+        """The first leaf by the cases; the others emptied (a code's text would tell the original). No match: kept
+        or emptied (`otherwise`)."""
+        first = self._decoded(leaves[0][0][leaves[0][1]])
+        found = values.generalize(_number_or_text(first), rule.options["cases"]) if first.strip() else values.NO_MATCH
+        if found is values.NO_MATCH and rule.options.get("otherwise", "remove") == "keep":
+            return
+        for k, (holder, j) in enumerate(leaves):
+            holder[j] = er7.escape(_hl7_text(found), self.d) if k == 0 and found is not values.NO_MATCH else ""
+
+    def _encrypt(self, rule: Rule, leaves, where, owner, rep, seg, container) -> None:
+        """Every leaf encrypted in place under the vault key (AES-SIV, or FF3-1 keeping its shape: a value too
+        short for it is removed)."""
+        cipher = self.pseudo.cipher
+        if cipher is None:
+            raise InputError(f"{where}: the encrypt rule needs the vault key (--vault-key-file)")
+        options = rule.options
+        fmt = fpe_format({k: v for k, v in options.items() if k in ("alphabet", "keep_prefix", "check_digit")}) \
+            if options.get("format") == "fpe" else None
+        for holder, j in leaves:
+            value = self._decoded(holder[j])
+            if not value.strip():
+                continue
+            if "category" in options:
+                self.known.add(KnownIdentifier(value, options["category"]))
+            try:
+                holder[j] = er7.escape(cipher.encrypt(value, fmt), self.d)
+            except FpeFallback:
+                holder[j] = ""
+
+    def _perturb(self, m: str, value: str, owner, rep, container, options: dict) -> str | None:
+        """Keyed noise on a number (a value that is none is removed); an age of 90 or more, before or after, is 90."""
+        try:
+            number = _number_or_text(value)
+        except ValueError:
+            return None
+        if not isinstance(number, (int, float)):
+            return None
+        if options.get("age") and number >= 90:
+            return "90"
+        scope = options.get("scope", "patient")
+        key = self.record_key if scope == "record" else (str(options.get("release", "")) if scope == "release"
+                                                          else self.offset_key)
+        noisy = values.perturb(self.pseudo, f"{owner or ''}|{key}", number, options)
+        if options.get("age") and noisy >= 90:
+            return "90"
+        return str(noisy)
+
     # Every method of the contract (fhir_transforms/methods.py): a whole leaf set, or each value in turn.
-    LEAF_METHODS = {"keep": _keep, "text": _text, "remove": _remove}
-    VALUE_METHODS = {"year": _date, "shift": _date, "age90": _date, "zip3": _zip3, "pseudonym": _keyed, "fpe": _keyed}
+    LEAF_METHODS = {"keep": _keep, "text": _text, "remove": _remove, "term": _term, "substitute": _substitute,
+                    "generalize": _generalize, "encrypt": _encrypt}
+    VALUE_METHODS = {"year": _date, "shift": _date, "age90": _date, "zip3": _zip3, "pseudonym": _keyed, "fpe": _keyed,
+                     "perturb": _perturb}
 
     def _age90(self, value: str) -> str | None:
-        if re.fullmatch(r"\d{1,3}(?:\.\d+)?", value.strip()):  # an age in years (OBX NM), not a date
-            return "90" if float(value) >= 90 else value
         if dtm_age(value, self.deid.clock()) >= 90:
             return None
         dtm = self._resolve(Rule(type="DTM"))
-        return dtm_year(value) if getattr(dtm, "method", "year") == "year" else dtm_shift(value, self._offset())
+        return dtm_year(value) if getattr(dtm, "method", "year") == "year" else dtm_shift(
+            value, self._offset(getattr(dtm, "options", {})))
 
-    def _offset(self) -> int:
+    def _offset(self, options: dict | None = None) -> int:
+        """The rule's fixed `offset_days`, else the keyed offset of its scope: the patient (first PID-3), the
+        record (MSH-10 as received) or the release."""
+        options = options or {}
+        if "offset_days" in options:
+            return options["offset_days"]
+        scope = options.get("scope", "patient")
+        if scope == "record":
+            return self.pseudo.day_offset(self.record_key, "record")
+        if scope == "release":
+            return self.pseudo.day_offset(str(options.get("release", "")), "release")
         return self.pseudo.day_offset(self.offset_key)
 
     def _token(self, value: str, options: dict) -> str:
@@ -519,6 +651,7 @@ class HL7Deidentifier:
     pseudo: Pseudonymizer
     stack: TextStack
     clock: Callable[[], date] = dates.today
+    terms: TextStack = field(default_factory=known_identifiers_only)  # what kept coded text is searched with
     # field rules (by identity: the profile's own objects) that empty every leaf, worked out once
     _clears: dict[int, tuple[Rule, bool]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -554,12 +687,14 @@ class HL7Deidentifier:
         walk = MessageWalk(self, message, known)
         walk.run()
         known_ids, guarded = walk.known_identifiers()
-        notes = walk.notes
+        notes = [n for n in walk.notes if not n.known_only]
+        terms = [n for n in walk.notes if n.known_only]
         try:
             found = self.stack.detect_many([n.text for n in notes], known_ids)
+            found += self.terms.detect_many([n.text for n in terms], known_ids) if terms else []
         except DetectorError as e:
             raise RecordRefused(f"{where}: text detector failed: {e}") from None
-        for note, spans in zip(notes, found):
+        for note, spans in zip(notes + terms, found):
             note.write(note, spans)
         walk.remove_kept_identifiers(guarded)
         walk.finish()
@@ -579,6 +714,32 @@ class HL7Deidentifier:
             except RuntimeError as e:
                 raise RecordRefused(f"{where}: {e} (a bug; nothing written)") from None
         return out
+
+
+def _number_or_text(value: str):
+    """An HL7 NM value as a number (int when it has no point); any other value as it is."""
+    text = value.strip()
+    if re.fullmatch(r"[+-]?\d+", text):
+        return int(text)
+    if re.fullmatch(r"[+-]?(\d+\.\d*|\.\d+)", text):
+        return float(text)
+    return value
+
+
+def _hl7_text(value) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _over_89(years: float, comparator: str) -> bool:
+    """An age in the category 90+: 90 years or more, or more than 89 (completed years)."""
+    return years >= 90 or (comparator == ">" and years >= 89)
+
+
+def _code_beside(where: str, rep) -> bool:
+    """Whether the component (or subcomponent) before a text component at `where` (`...-3.2`) holds a code."""
+    last = where.rsplit(".", 1)[-1] if "." in where.rsplit("-", 1)[-1] else ""
+    i = int(last) if last.isdigit() else 0
+    return i >= 2 and len(rep) >= i - 1 and any(v.strip() and v != '""' for v in rep[i - 2])
 
 
 def _plain_remove(target: Rule | Datatype) -> bool:

@@ -347,13 +347,44 @@ def fit_charset(message: Message) -> None:
 
 def encode(text: str) -> bytes:
     """ER7 output as bytes: each message in the character set its MSH-18 names (after `fit_charset`),
-    envelope segments in the one of the message before them (else UTF-8)."""
-    out, codec = [], "utf-8"
+    envelope segments in the one of the message before them (else UTF-8). InputError where a character does
+    not fit (the CLI counts it as bad input, MLLP answers AE, HTTP 400): nothing is written with a replacement."""
+    if text.isascii():  # the same bytes in every charset of CHARSETS (all are ASCII-compatible)
+        return text.encode("ascii")
+    try:
+        return b"\r".join(line.encode(codec) for line, codec in _line_codecs(text))
+    except UnicodeEncodeError:
+        raise InputError("the de-identified message cannot be written in its MSH-18 character set") from None
+
+
+def write_message(message: Message) -> bytes:
+    """A message the caller built (an ACK) as bytes that agree with its MSH-18: `fit_charset`, then `encode`."""
+    fit_charset(message)  # keeps an ASCII message as it is
+    return encode(message.to_er7())
+
+
+def _line_codecs(text: str):
+    codec = "utf-8"
     for line in text.split("\r"):
         if line.startswith("MSH") and len(line) >= 8:
             codec = output_codec(line)
-        out.append(line.encode(codec))
-    return b"\r".join(out)
+        yield line, codec
+
+
+# Python codec → the name HTTP's Content-Type charset uses (IANA).
+IANA_NAMES = {"ascii": "us-ascii", "latin-1": "iso-8859-1", "utf-8": "utf-8", "cp1252": "windows-1252",
+              "gb18030": "gb18030", "euc_kr": "euc-kr", "big5": "big5", "iso2022_jp": "iso-2022-jp",
+              **{f"iso8859-{n}": f"iso-8859-{n}" for n in (2, 3, 4, 5, 6, 7, 8, 9, 15)}}
+
+
+def content_charset(text: str) -> str:
+    """The IANA name of the charset `encode` writes a text in, for a Content-Type: the one of its non-ASCII lines
+    (ASCII reads the same in all of them), else its first message's; '' when messages with non-ASCII text use
+    different ones (no single label is true then; each MSH-18 still is)."""
+    lines = list(_line_codecs(text))
+    codecs = ({codec for line, codec in lines if not line.isascii()}
+              or {next((codec for line, codec in lines if line.startswith("MSH")), "utf-8")})
+    return IANA_NAMES[codecs.pop()] if len(codecs) == 1 else ""
 
 
 def output_codec(text: str) -> str:

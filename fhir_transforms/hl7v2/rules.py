@@ -1,6 +1,6 @@
 """HL7v2 profiles (mappings/hl7v2/*.yaml) and the HL7 forms of the shared value functions.
 
-Rules use the FHIR method vocabulary (remove, keep, year, shift, pseudonym, zip3, age90, text); a rule may
+Rules use the FHIR method vocabulary (remove, keep, year, shift, pseudonym, zip3, age90, text, term); a rule may
 also name a datatype whose components have their own rules. Values are transformed by fhir_transforms:
 the one keyed pseudonym, `dates.year_only`/`dates.shift` through the DTM adapter below, `zipcodes.zip3`.
 """
@@ -16,7 +16,7 @@ from typing import Callable
 
 from fhir_transforms import dates
 from fhir_transforms.hl7v2.standard import datatype_names, defined_fields, field_type
-from fhir_transforms.methods import METHODS
+from fhir_transforms.methods import HL7V2, METHODS
 from fhir_transforms.rules import ProfileError, check_options, read_profile_file
 from fhir_transforms.site_rules import RulesFileError, SiteRules, merge
 import mappings
@@ -124,7 +124,8 @@ class HL7Profile:
     unlisted_datatype: Rule
     observation_values: dict[str, Rule]
     observation_ages: frozenset[str]
-    observation_age_units: frozenset[str]
+    observation_age_types: frozenset[str]
+    observation_age_units: dict[str, float]  # unit → how many make a year
     narrative_types: frozenset[str]
     identifier_remove_types: frozenset[str]
     identifier_categories: dict[str, str]
@@ -137,6 +138,14 @@ class HL7Profile:
     _rules: dict[tuple[str, str, int], Rule] = field(default_factory=dict, repr=False)
     _resolved: dict[Rule, Rule | Datatype] = field(default_factory=dict, repr=False)  # by datatype name
     _guard: dict[tuple[str, str, int], tuple[bool, frozenset[int] | None]] = field(default_factory=dict, repr=False)
+
+    @property
+    def methods(self) -> set[str]:
+        """The methods the profile's rules use (in fields, datatypes and their components, observation values)."""
+        rules = [*self.fields.values(), *self.observation_values.values(), self.unknown_segment, self.unlisted_datatype]
+        for dt in self.datatypes.values():
+            rules.extend([*dt.components.values(), dt.default] if isinstance(dt, Datatype) else [dt])
+        return {r.method for r in rules if r.method}
 
     def rule(self, sid: str, n: int, version: str) -> Rule:
         """The rule for field `n` of segment `sid` in a standard version: listed in `fields`, else its
@@ -199,7 +208,7 @@ def _rule(spec, where: str, datatypes: set[str]) -> Rule:
     if method not in METHODS:
         raise ProfileError(f"{where}: unknown method {method!r} (known: {', '.join(sorted(METHODS))})")
     options = {k: v for k, v in spec.items() if k not in ("method", "where")}
-    check_options(method, options, where)
+    check_options(method, options, where, HL7V2)
     if method == "pseudonym" and options:
         _check_token_options(options, where)
     condition = spec.get("where")
@@ -292,7 +301,8 @@ def hl7_profile_from_doc(doc: dict, where_of: Callable[..., str], rules_sha256: 
         observation_values={k: _rule(v, where_of("observation_values", k), names)
                             for k, v in doc.get("observation_values", {}).items()},
         observation_ages=frozenset(doc.get("observation_ages", [])),
-        observation_age_units=frozenset(str(u).casefold() for u in doc.get("observation_age_units", [])),
+        observation_age_types=frozenset(doc.get("observation_age_types", [])),
+        observation_age_units={str(u).casefold(): float(y) for u, y in (doc.get("observation_age_units") or {}).items()},
         narrative_types=frozenset(doc.get("narrative_types", ["TX", "FT", "ST"])),
         identifier_remove_types=frozenset(ids.get("remove_types", [])),
         identifier_categories=dict(ids.get("categories", {})),

@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Any, Callable, Mapping, Protocol
 
-from fhir_transforms import dates, zipcodes
+from fhir_transforms import dates, values, zipcodes
 from fhir_transforms.r4 import references
 from fhir_transforms.errors import InputError
-from fhir_transforms.fpe import fpe_format, selects
-from fhir_transforms.known import PERSON_REFERENCE_RE, identifier_category
+from fhir_transforms.fpe import FpeFallback, fpe_format, selects
+from fhir_transforms.known import PERSON_TYPES, identifier_category
 from fhir_transforms.methods import check_implemented
 from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.r4.schema import Element, elements
@@ -34,6 +34,7 @@ class Site(Protocol):
     fpath: str
     options: Mapping
     pseudo: Pseudonymizer
+    fhir_version: str
 
     def clock(self) -> date: ...
     def label(self, code: str) -> None: ...
@@ -44,8 +45,11 @@ class Site(Protocol):
     @property
     def resource_type(self) -> str: ...
     def day_offset(self) -> int: ...
+    def scope_key(self) -> str: ...
     def age_limit_year(self) -> int | None: ...
-    def keeps_by_design(self, element: str) -> bool: ...
+    def method_of(self, key: str) -> str: ...
+    def reference_targets(self) -> tuple[str, ...]: ...
+    def apply_rule_of(self, key: str, value): ...
     def removes_identifier(self) -> bool: ...
     def add_primitive_extensions(self, extensions: list[dict]) -> None: ...
     def apply_type_rule(self, value): ...
@@ -68,6 +72,7 @@ class TextRef:
 
     texts: list[str]
     build: Callable[[list[list[Span]]], Any]
+    known_only: bool = False  # kept text (a term): searched for the record's known identifiers alone
 
 
 def remove(value, site: Site):
@@ -120,9 +125,9 @@ def _mask_date(site: Site):
     choice = site.element.required_choice
     if not choice:
         site.add_primitive_extensions(absent["extension"])
-    elif f"{choice}Period" in elements(site.owner):
+    elif f"{choice}Period" in elements(site.owner, site.fhir_version):
         site.parent[f"{choice}Period"] = {"_start": absent, "_end": absent}
-    elif f"{choice}String" in elements(site.owner):
+    elif f"{choice}String" in elements(site.owner, site.fhir_version):
         site.parent[f"{choice}String"] = "masked"
         site.parent[f"_{choice}String"] = absent
     else:
@@ -229,14 +234,52 @@ def text(value, site: Site):
         return TextRef(narrative.texts, narrative.render)
     if site.element.type == "base64Binary":
         return _attachment_text(value, site)
-    if site.owner == "CodeableConcept" and site.element.name == "text" and site.keeps_by_design("Coding.display") \
-            and value in {c.get("display") for c in site.parent.get("coding") or () if type(c) is dict}:
-        site.generated()  # the display of one of its codings, which the rules keep: not free text
-        return value
-    if site.owner == "Reference" and site.element.name == "display" and PERSON_REFERENCE_RE.match(
-            str(site.parent.get("reference", ""))):
-        site.record_known(value, "NAME")  # "Dr. Ronny Block" on a reference to a Practitioner
+    by_target = site.options.get("by_target")
+    if by_target:  # Reference.display: the rule of what the reference points to, where all it may point to agree
+        targets = site.reference_targets()
+        if targets and all(t in PERSON_TYPES for t in targets):
+            site.record_known(value, "NAME")  # "Dr. Ronny Block" on a reference to a Practitioner
+        rules_of = {by_target.get(t) or by_target.get("*") for t in targets}
+        if len(rules_of) == 1 and None not in rules_of:
+            return site.apply_rule_of(rules_of.pop(), value)
     return TextRef([value], lambda found: replace.apply(value, found[0]))
+
+
+def term(value, site: Site):
+    """Coded text and facility names: kept, except the record's known identifiers, which are masked (a
+    display a clinician typed a patient's name into). A CodeableConcept.text that is none of its codings'
+    displays (in case and spacing) is free text: through the text stack."""
+    if site.owner == "CodeableConcept" and site.element.name == "text" and not _is_a_display(value, site):
+        return TextRef([value], lambda found: replace.apply(value, found[0]))
+
+    def build(found: list[list[Span]]):
+        spans = found[0]
+        if spans and _one_name_word(value, spans):
+            site.generated()  # "White" beside a patient named White: the code's own word, which the guard lets be
+            return value
+        if spans:
+            site.label("MASKED")
+        return replace.apply(value, spans)
+
+    return TextRef([value], build, known_only=True)
+
+
+def _is_a_display(value: str, site: Site) -> bool:
+    """Whether a CodeableConcept.text is one of its codings' displays, which the rules keep as terms too."""
+    if site.method_of("Coding.display") not in ("term", "keep"):
+        return False
+    displays = {_folded(c["display"]) for c in site.parent.get("coding") or ()
+                if type(c) is dict and type(c.get("display")) is str}
+    return _folded(value) in displays
+
+
+def _folded(text: str) -> str:
+    return " ".join(text.split()).casefold()
+
+
+def _one_name_word(value: str, spans: list[Span]) -> bool:
+    """A term of one word that is a word of a person's name: "White", "King" (never a whole name of two words)."""
+    return len(value.split()) == 1 and all(s.category == "NAME" for s in spans)
 
 
 def _attachment_text(value, site: Site):
@@ -256,19 +299,154 @@ def _attachment_text(value, site: Site):
         raise InputError(f"{site.path}: attachment {e}") from None
     read = rendered.readings(pieces)
     parent = site.parent
+    size_as_text = elements("Attachment", site.fhir_version)["size"].type == "integer64"  # R5: a JSON string
 
     def build(found: list[list[Span]]) -> str:
         raw = rendered.apply(decoded, rendered.edits(pieces, read, found).get(0, [])).encode(charset)
-        parent["size"] = len(raw)
+        parent["size"] = str(len(raw)) if size_as_text else len(raw)
         parent["hash"] = base64.b64encode(hashlib.sha1(raw).digest()).decode()
         return base64.b64encode(raw).decode()
 
     return TextRef([text for text, _ in read], build)
 
 
+def substitute(value, site: Site):
+    """A fixed value (REDACTED), or a keyed surrogate of the rule's kind (PSEUDED). In an object (a HumanName,
+    a ContactPoint, ...) its texts are substituted, its codes (use, system, type, state, country) kept, and
+    everything else (period, assigner, extensions, ...) removed."""
+    options = site.options
+    _record_original(value, site)
+    if "value" in options:
+        fixed = options["value"]
+        if isinstance(fixed, dict) != isinstance(value, dict) or isinstance(fixed, list):
+            raise InputError(f"{site.path}: substitute's value does not fit the element (type {site.element.type})")
+        site.label("REDACTED")
+        if not isinstance(fixed, dict):
+            site.generated()
+        return copied(fixed)
+    site.label("PSEUDED")
+    if isinstance(value, str):
+        site.generated()
+        return values.surrogate(site.pseudo, options["kind"], value)
+    if not isinstance(value, dict):
+        raise InputError(f"{site.path}: substitute with kind applies to texts and objects, not {site.element.type}")
+    out = {}
+    for key, item in value.items():
+        if key in SUBSTITUTE_KEEPS:
+            out[key] = item
+        elif isinstance(item, str):
+            out[key] = values.surrogate(site.pseudo, _kind_of(key, options["kind"], value), item)
+        elif isinstance(item, list) and all(isinstance(v, str) for v in item):
+            out[key] = [values.surrogate(site.pseudo, _kind_of(key, options["kind"], value), v) for v in item]
+    return out
+
+
+SUBSTITUTE_KEEPS = {"use", "system", "type", "rank", "state", "country", "resourceType"}
+CONTACT_KINDS = {"phone": "phone", "fax": "phone", "sms": "phone", "pager": "phone", "email": "email", "url": "url"}
+
+
+def _kind_of(key: str, kind: str, value: dict) -> str:
+    """A name's given and family parts get first and last names; a ContactPoint's value the kind its system says."""
+    if kind == "name" and key in ("given", "family"):
+        return key
+    if key == "value" and value.get("system") in CONTACT_KINDS:
+        return CONTACT_KINDS[value["system"]]
+    return kind
+
+
+def _record_original(value, site: Site) -> None:
+    """The texts a substitute or encrypt rule replaces are known identifiers of the record (`category`, else by kind)."""
+    category = site.options.get("category") or values.KIND_CATEGORY.get(site.options.get("kind", ""))
+    if site.element.name == "value" and site.owner == "Identifier":
+        category = category or identifier_category(site.parent)
+    if not category:
+        return
+    texts = [value] if isinstance(value, str) else [
+        v for k, v in (value.items() if isinstance(value, dict) else ()) if isinstance(v, str) and k not in SUBSTITUTE_KEEPS]
+    for text in texts:
+        site.record_known(text, category)
+
+
+def copied(value):
+    """A fixed value of the rules, copied: each output holds its own."""
+    return {k: copied(v) for k, v in value.items()} if isinstance(value, dict) else (
+        [copied(v) for v in value] if isinstance(value, list) else value)
+
+
+def perturb(value, site: Site):
+    """Keyed noise on a number, or on the value of a Quantity; an age (Age, or a Quantity in years of an age
+    element) of 90 or more, before or after the noise, becomes 90+ as with `age90`."""
+    namespace = f"{site.fpath}|{site.scope_key()}"
+    if isinstance(value, dict):
+        number = value.get("value")
+        if not isinstance(number, (int, float)) or isinstance(number, bool):
+            return site.walk_into(value)
+        is_age = site.element.type == "Age" or site.element.name.startswith("age")
+        if is_age and _years(value) >= 90:
+            return age90(value, site)
+        noisy = values.perturb(site.pseudo, namespace, number, site.options)
+        result = {**value, "value": noisy}
+        if is_age and _years(result) >= 90:
+            return age90(result, site)
+        site.label("ABSTRED")
+        return result
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        site.label("ABSTRED")
+        noisy = values.perturb(site.pseudo, namespace, value, site.options)
+        return max(noisy, 0) if site.element.type in ("unsignedInt", "positiveInt") else noisy
+    raise InputError(f"{site.path}: perturb applies to numbers and quantities, not {site.element.type}")
+
+
+def generalize(value, site: Site):
+    """The first matching case's value (for a Quantity: matched on its value, which the case's number
+    replaces); a value no case matches is kept or removed (`otherwise`, default remove)."""
+    subject = value.get("value") if isinstance(value, dict) else value
+    found = values.generalize(subject, site.options["cases"])
+    if found is values.NO_MATCH:
+        if site.options.get("otherwise", "remove") == "keep":
+            return site.walk_into(value) if isinstance(value, dict) else value
+        return remove(value, site)
+    site.label("ABSTRED")
+    if isinstance(value, dict) and not isinstance(found, dict):
+        if not isinstance(found, (int, float)) or isinstance(found, bool):
+            raise InputError(f"{site.path}: generalize gives a Quantity's value a number, not text")
+        return {**value, "value": found}
+    if isinstance(found, dict) != isinstance(value, dict) or isinstance(found, list) or (
+            isinstance(found, str) != isinstance(value, str)):
+        raise InputError(f"{site.path}: generalize's value does not fit the element (type {site.element.type})")
+    if isinstance(found, str):
+        site.generated()
+    return copied(found)
+
+
+def encrypt(value, site: Site):
+    """Reversible encryption under the vault key (fhir_transforms/encryption.py): AES-SIV, or FF3-1 where the
+    shape must hold (a value too short for FF3-1 is removed, never kept)."""
+    if not isinstance(value, str):
+        raise InputError(f"{site.path}: encrypt applies to texts and identifiers, not {site.element.type}")
+    cipher = site.pseudo.cipher
+    if cipher is None:
+        raise InputError(f"{site.path}: the encrypt rule needs the vault key (--vault-key-file)")
+    _record_original(value, site)
+    if site.element.name == "value" and site.owner == "Identifier" and site.removes_identifier():
+        return remove(value, site)
+    if site.options.get("format", "aes-siv") == "fpe":
+        try:
+            result = cipher.encrypt(value, fpe_format({k: v for k, v in site.options.items()
+                                                       if k in ("alphabet", "keep_prefix", "check_digit")}))
+        except FpeFallback:
+            return remove(value, site)
+        site.label("MASKED")
+        return result  # not marked generated: it has the shape of a real value, and the leak guard reads it
+    site.label("MASKED")
+    site.generated()
+    return cipher.encrypt(value)
+
+
 # Every method of the contract (fhir_transforms/methods.py), by name.
 METHODS: dict[str, Callable] = {
     "remove": remove, "keep": keep, "year": year, "shift": shift, "pseudonym": pseudonym,
-    "zip3": zip3, "age90": age90, "text": text, "fpe": fpe,
+    "zip3": zip3, "age90": age90, "text": text, "fpe": fpe, "term": term,
+    "substitute": substitute, "perturb": perturb, "generalize": generalize, "encrypt": encrypt,
 }
 check_implemented("FHIR R4", METHODS)

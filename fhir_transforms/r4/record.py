@@ -10,21 +10,19 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Callable, Iterable, Iterator, Mapping
 
-from pydantic import ValidationError
-
-from fhir.resources.R4B import get_fhir_model_class
 from fhir_transforms import dates, known as known_ids
-from fhir_transforms.r4 import rendered
+from fhir_transforms.r4 import rendered, versions
+from fhir_transforms.r4.entries import remove_entries
 from fhir_transforms.errors import DetectorFailed, InputError, LeakFound, OutputInvalid
 from fhir_transforms.r4.methods import TEXT_CONTENT_TYPES
 from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.rules import Profile
-from fhir_transforms.r4.schema import elements, is_resource_type
+from fhir_transforms.r4.schema import elements, is_resource_type, model_class
 from fhir_transforms.r4.shapes import R4_ONLY
-from fhir_transforms.r4.walker import RecordContext, WrittenSlots, age_limit, stamp_all, walk_resource
+from fhir_transforms.r4.walker import RecordContext, WrittenSlots, age_limit, stamp_all, walk_record
 from text_deid import leak_guard
 from text_deid.spans import DetectorError, KnownIdentifier, Span
-from text_deid.stack import TextStack
+from text_deid.stack import TextStack, known_identifiers_only
 
 R4_ONLY_PLACEHOLDER = {"resourceType": "Basic", "code": {"text": "an R4 resource type the R4B models lack"}}
 SKIP_KEYS = {"resourceType", "system", "url"}  # structure, not content: codes of terminologies and extension urls
@@ -63,9 +61,12 @@ class Deidentifier:
     stack: TextStack
     clock: Callable[[], date] = dates.today
     validate: bool = True
+    terms: TextStack = field(default_factory=known_identifiers_only)  # what kept coded text is searched with
+    fhir_version: str = versions.DEFAULT  # r4, r5, or auto: each record's own markers (fhir_transforms/r4/versions.py)
 
     def deidentify(self, resource: dict, path: str = "", linked: Iterable[KnownIdentifier] = (), *,
-                   consume: bool = False, linked_age_limits: Mapping[str, int] | None = None) -> RecordResult:
+                   consume: bool = False, linked_age_limits: Mapping[str, int] | None = None,
+                   fhir_version: str | None = None) -> RecordResult:
         """The de-identified copy of `resource`, or InputError / RecordRefused; never a partial result.
 
         `linked`: known identifiers of people the record points at but does not hold (a bulk export's
@@ -75,17 +76,25 @@ class Deidentifier:
         `consume`: `resource` comes straight from json.loads (so it holds only JSON's own types, and no
         object twice) and the caller gives it up: it is de-identified in place instead of copied, and
         whatever the outcome, only its resourceType may be read afterwards.
+        `fhir_version`: this record's version (r4, r5 or auto) instead of the engine's.
         """
         if not isinstance(resource, dict):
             raise InputError(f"{path or 'input'}: a FHIR resource must be a JSON object")
         rtype = resource.get("resourceType")
         path = path or str(rtype)
+        version = fhir_version or self.fhir_version
+        if version == versions.AUTO:
+            version = versions.detect(versions.resources_of(resource), path)
+        profile = self.profile.for_version(version)
         if self.validate:
-            validate(resource, path)
+            validate(resource, path, version)
         doc = resource if consume else _copy(resource)
+        record_key = f"{rtype}/{doc.get('id') or path}"
+        changed = remove_entries(doc, profile.remove_entries)
         members = list(iter_resources(doc))
         patients = [r.get("id") for r in members if r.get("resourceType") == "Patient" and r.get("id")]
-        ctx = RecordContext(self.profile, self.pseudo, self.clock, patients[0] if len(patients) == 1 else None)
+        ctx = RecordContext(profile, self.pseudo, self.clock, patients[0] if len(patients) == 1 else None,
+                            record_key=record_key)
         today = self.clock()
         ctx.age_limits.update(linked_age_limits or {})
         for r in members:
@@ -93,41 +102,48 @@ class Deidentifier:
                 ctx.age_limits[r.get("id") or ""] = limit
         ctx.known.update(known_ids.collect(members))
         ctx.known.update(linked)
-        walk_resource(doc, path, ctx)
+        walk_record(doc, path, ctx)
+        for res, state in ctx.walked:  # entries removed by the entry rules, and references to them
+            if id(res) in changed:
+                state.labels.add("REDACTED")
         # sorted by (value, category) as the dataclass orders them, without its generated __lt__
         known = tuple(sorted((k for k in ctx.known if len(k.value.strip()) >= 2), key=_known_order))
 
-        texts = [t for p in ctx.pending for t in p.ref.texts]
+        texts = [t for p in ctx.pending if not p.ref.known_only for t in p.ref.texts]
+        terms = [t for p in ctx.pending if p.ref.known_only for t in p.ref.texts]
         timings: dict[str, float] = {}
         try:
             spans = self.stack.detect_many(texts, known, timings)
+            term_spans = self.terms.detect_many(terms, known) if terms else []
         except DetectorError as e:
             raise DetectorFailed(f"{path}: text detector failed: {e}") from None
         findings: list[Finding] = []
-        i = 0
+        at = {False: 0, True: 0}
         for pending in ctx.pending:
-            found_in = spans[i:i + len(pending.ref.texts)]
+            kind = pending.ref.known_only
+            i, n = at[kind], len(pending.ref.texts)
+            found_in = (term_spans if kind else spans)[i:i + n]
+            at[kind] = i + n
             for found in found_in:
                 findings.extend(Finding(pending.path, s) for s in found)
-                if found:
+                if found and not kind:  # a term labels itself: it may keep what was found (`term`)
                     pending.labels.add("MASKED")
             pending.write(pending.ref.build(found_in))
-            i += len(found_in)
         stamp_all(ctx)
 
         # Most records hold no surviving identifier: search the output's distinct texts first, and work out
         # their paths only when something is found.
         leaks = [] if leak_guard.clean(output_texts(doc, ctx.generated), known) else leak_guard.scan(
-            _unless_kept(output_strings(doc, ctx.generated, path), kept_by_design(doc, path, self.profile)), known)
+            _unless_kept(output_strings(doc, ctx.generated, path), kept_by_design(doc, path, profile)), known)
         if leaks:
             shown = "; ".join(str(leak) for leak in leaks[:5])
             raise LeakFound(f"{path}: leak guard refused the output: {len(leaks)} known identifier(s) survived: {shown}")
         if self.validate:
             try:
-                validate(doc, path)
+                validate(doc, path, version)
             except InputError as e:
                 raise OutputInvalid(f"output failed validation (a bug; nothing written): {e}") from None
-        return RecordResult(doc, findings, len(texts), timings, known)
+        return RecordResult(doc, findings, len(texts) + len(terms), timings, known)
 
 
 def _known_order(k: KnownIdentifier) -> tuple[str, str]:
@@ -143,26 +159,41 @@ def _copy(resource: dict) -> dict:
         raise InputError("input: a FHIR resource must hold only JSON values") from None
 
 
-def validate(resource: dict, path: str) -> None:
-    """Validate against the R4B models; the message names locations and error types, never values.
+def validate(resource: dict, path: str, version: str = versions.DEFAULT) -> None:
+    """Validate against the version's models (R4: R4B's); the message names locations and error types, never values.
 
     The R4 types R4B dropped have no model (fhir_transforms/r4/shapes.py): a Bundle's entries of those
     types are held by a placeholder while the Bundle is checked."""
     rtype = resource.get("resourceType")
-    if rtype in R4_ONLY:
+    if version == "r4" and rtype in R4_ONLY:
         return
-    if rtype == "Bundle" and any(_is_r4_only(e) for e in resource.get("entry", []) or []):
+    if version == "r4" and rtype == "Bundle" and any(_is_r4_only(e) for e in resource.get("entry", []) or []):
         resource = {**resource, "entry": [{**e, "resource": R4_ONLY_PLACEHOLDER} if _is_r4_only(e) else e
                                           for e in resource["entry"]]}
+    from pydantic import ValidationError  # pydantic loads with the first validation, not before
+
+    name = version.upper()
     try:
-        get_fhir_model_class(rtype).model_validate(resource)
+        model_class(rtype, version).model_validate(resource)
     except (KeyError, ValueError, TypeError) as e:
+        hint = _other_version_hint(resource, version)
         if isinstance(e, ValidationError):
             where = "; ".join(
                 f"{'.'.join(str(p) for p in err['loc'])}: {err['type']}" for err in e.errors(include_input=False)[:5]
             )
-            raise InputError(f"{path}: not a valid FHIR R4 {rtype}: {where}") from None
-        raise InputError(f"{path}: not a FHIR R4 resource the R4B models know (resourceType {rtype!r})") from None
+            raise InputError(f"{path}: not a valid FHIR {name} {rtype}: {where}{hint}") from None
+        models = "R4B models" if version == "r4" else "R5 models"
+        raise InputError(f"{path}: not a FHIR {name} resource the {models} know (resourceType {rtype!r}){hint}") from None
+
+
+def _other_version_hint(resource: dict, version: str) -> str:
+    """When a record invalid in one version is valid in the other: say so, and how to read it that way."""
+    other = "r5" if version == "r4" else "r4"
+    try:
+        model_class(resource.get("resourceType"), other).model_validate(resource)
+    except (KeyError, ValueError, TypeError):
+        return ""
+    return f" (it is valid FHIR {other.upper()}: read it with --fhir-version {other})"
 
 
 def _is_r4_only(entry) -> bool:
@@ -202,8 +233,9 @@ def kept_by_design(doc: dict, path: str, profile: Profile) -> set[str]:
 
 
 def _find_kept(node: dict, type_name, fpath: str, is_resource: bool, path: str, profile: Profile, found: set) -> None:
+    version = profile.fhir_version
     for key, value in node.items():
-        el = elements(type_name).get(key) if is_resource_type(type_name) or not is_resource else None
+        el = elements(type_name, version).get(key) if is_resource_type(type_name, version) or not is_resource else None
         if el is None:
             continue
         items = value if type(value) is list else [value]

@@ -88,3 +88,40 @@ def resource_id_of(reference: str) -> str | None:
         return reference[len("urn:uuid:"):]
     m = LITERAL_RE.match(reference)
     return m["id"] if m else None
+
+
+def target_types(doc: dict) -> dict[str, str]:
+    """What the record's own resources are, by the ways a reference names them inside it: each Bundle
+    entry's fullUrl (urn:uuid references resolve only through these) and each contained resource's `#id`."""
+    found: dict[str, str] = {}
+    _add_targets(doc, found)
+    return found
+
+
+def _add_targets(res, found: dict[str, str]) -> None:
+    if not isinstance(res, dict) or not isinstance(res.get("resourceType"), str):
+        return
+    for contained in res.get("contained") or ():
+        if isinstance(contained, dict) and isinstance(contained.get("id"), str):
+            found[f"#{contained['id']}"] = str(contained.get("resourceType"))
+        _add_targets(contained, found)
+    if res["resourceType"] == "Bundle":
+        for entry in res.get("entry") or ():
+            inner = entry.get("resource") if isinstance(entry, dict) else None
+            if isinstance(inner, dict) and isinstance(entry.get("fullUrl"), str):
+                found[entry["fullUrl"]] = str(inner.get("resourceType"))
+            _add_targets(inner, found)
+
+
+def target_type(reference, type_uri, targets: dict[str, str]) -> str | None:
+    """The resource type a Reference points to: by its `reference` (a resource of the record, or the type
+    a literal or conditional reference names), else by its `type`; None when neither tells."""
+    if isinstance(reference, str):
+        if reference in targets:
+            return targets[reference]
+        m = LITERAL_RE.match(reference) or CONDITIONAL_RE.match(reference)
+        if m:
+            return m["type"]
+    if isinstance(type_uri, str) and type_uri:
+        return type_uri.rsplit("/", 1)[-1]  # "Practitioner", or its StructureDefinition's canonical url
+    return None

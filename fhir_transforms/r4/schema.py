@@ -1,17 +1,29 @@
-"""FHIR R4 element types, read once from fhir.resources' R4B models (R4B shares R4's datatypes).
+"""FHIR element types from fhir.resources' models: R4 from the R4B models (R4B shares R4's datatypes), R5 from
+the package's own (R5) models.
 
 The walker needs, for each JSON key of a resource or datatype, the element's FHIR type, whether it
 is a list and whether it is required. Reading that from the model classes (instead of validating
 every resource) lets trusted bulk input take a fast path with the same rules.
+
+Building a model class costs pydantic tens of milliseconds, so the models' answers for every type are kept
+in a table per version beside this module (`r4b-elements.json`, `r5-elements.json`), and a run with
+validation off imports no model at all. `python -m fhir_transforms.r4.schema` writes the tables again from
+the installed models; tests/r4/test_schema_table.py checks that they still match them.
 """
 from __future__ import annotations
 
+import importlib
+import json
+import sys
 import typing
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 
-from fhir.resources.R4B import get_fhir_model_class
-
+FHIR_VERSIONS = ("r4", "r5")
+MODELS = {"r4": "fhir.resources.R4B", "r5": "fhir.resources"}  # the package of each version's models
+TABLES = {version: Path(__file__).with_name(f"{'r4b' if version == 'r4' else version}-elements.json")
+          for version in FHIR_VERSIONS}
 # Primitive annotation class name (fhir_core types) → FHIR primitive type name.
 PRIMITIVES = {
     "Boolean": "boolean", "Integer": "integer", "Integer64": "integer64", "PositiveInt": "positiveInt",
@@ -29,6 +41,7 @@ class Element:
     is_list: bool
     required: bool
     required_choice: str = ""  # one type of a required choice (occurrence[x]): its name without the type
+    targets: tuple[str, ...] = ()  # a Reference: the resource types it may point to ("Resource": any)
 
 
 def _type_name(annotation) -> tuple[str, bool]:
@@ -57,10 +70,59 @@ def _type_name(annotation) -> tuple[str, bool]:
             return name, is_list
 
 
+def model_class(type_name: str, version: str = "r4"):
+    """The fhir.resources model class of a type in a FHIR version (ValueError or KeyError if there is none).
+    The models load here, with the first validation, not before."""
+    return importlib.import_module(MODELS[version]).get_fhir_model_class(type_name)
+
+
 @lru_cache(maxsize=None)
-def elements(type_name: str) -> dict[str, Element]:
-    """JSON key → Element for a resource, datatype or backbone element type name."""
-    model = get_fhir_model_class(type_name)
+def _table(version: str) -> dict:
+    return json.loads(TABLES[version].read_text(encoding="utf-8"))
+
+
+@lru_cache(maxsize=None)
+def elements(type_name: str, version: str = "r4") -> dict[str, Element]:
+    """JSON key → Element for a resource, datatype or backbone element type name (ValueError if there is none)."""
+    try:
+        fields = _table(version)["types"][type_name]
+    except KeyError:
+        raise ValueError(f"{type_name} is not a valid FHIR Model") from None
+    return {key: Element(*field[:5], tuple(field[5])) for key, field in fields.items()}
+
+
+@lru_cache(maxsize=4096)
+def declared_targets(fpath: str) -> tuple[str, ...]:
+    """The resource types the Reference at a FHIR path without indices (`Claim.insurance.coverage`) may point
+    to, as its element declares them; () where the path is not one of the R4B models' Reference elements."""
+    type_name, *names = fpath.split(".")
+    found: Element | None = None
+    for name in names:
+        try:
+            candidates = [e for e in elements(type_name).values() if e.name == name and e.type != "Element"]
+        except (KeyError, ValueError):
+            return ()  # an R4 type the R4B models lack
+        found = next((e for e in candidates if e.type == "Reference"), candidates[0] if candidates else None)
+        if found is None:
+            return ()
+        type_name = found.type
+    return found.targets if found is not None and found.type == "Reference" else ()
+
+
+def is_resource_type(name: str, version: str = "r4") -> bool:
+    """True for a resource type name of the version's models (for R4, the R4-only types R4B dropped, such as
+    MedicinalProduct, are not known: fhir_transforms/r4/shapes.py)."""
+    return name in _resource_types(version)
+
+
+@lru_cache(maxsize=None)
+def _resource_types(version: str) -> frozenset[str]:
+    return frozenset(_table(version)["resources"])
+
+
+def read_model(type_name: str, version: str = "r4") -> dict[str, Element]:
+    """`elements` as the installed fhir.resources model of the type states it (what the table is made of)."""
+    model = model_class(type_name, version)
     out: dict[str, Element] = {}
     for field_name, field in model.model_fields.items():
         if field_name == "fhir_comments":
@@ -70,15 +132,39 @@ def elements(type_name: str) -> dict[str, Element]:
         key = field.alias or field_name
         name = key.lstrip("_")
         choice = extra.get("one_of_many", "") if extra.get("one_of_many_required") else ""
-        out[key] = Element(name, type_name_, is_list, bool(extra.get("element_required")), choice)
+        out[key] = Element(name, type_name_, is_list, bool(extra.get("element_required")), choice,
+                           tuple(extra.get("enum_reference_types") or ()))
     return out
 
 
-@lru_cache(maxsize=None)
-def is_resource_type(name: str) -> bool:
-    """True for an R4B resource type name (R4-only types such as MedicinalProduct are not known)."""
+def model_is_resource(name: str, version: str = "r4") -> bool:
+    """Whether the installed fhir.resources has a resource model of that name in the version."""
     try:
-        model = get_fhir_model_class(name)
+        model = model_class(name, version)
     except (KeyError, ValueError):
         return False
     return any(base.__name__ == "Resource" for base in model.__mro__)
+
+
+def read_models(version: str = "r4") -> dict:
+    """A version's table: every type its fhir.resources models name (their fhirtypes `…Type` classes), and which
+    are resources."""
+    fhirtypes = importlib.import_module(MODELS[version] + ".fhirtypes")
+    names = sorted(n[: -len("Type")] for n in dir(fhirtypes) if n.endswith("Type") and n != "Type")
+    types, resources = {}, []
+    for name in names:
+        try:
+            fields = read_model(name, version)
+        except (ValueError, TypeError, AttributeError, KeyError):  # primitives and helpers: no model of elements
+            continue
+        types[name] = {key: [el.name, el.type, el.is_list, el.required, el.required_choice, list(el.targets)]
+                       for key, el in fields.items()}
+        if model_is_resource(name, version):
+            resources.append(name)
+    return {"source": f"fhir.resources {MODELS[version]} models", "resources": resources, "types": types}
+
+
+if __name__ == "__main__":
+    for version, table in TABLES.items():
+        table.write_text(json.dumps(read_models(version), indent=0, sort_keys=True) + "\n", encoding="utf-8")
+        sys.stdout.write(f"{table} written\n")

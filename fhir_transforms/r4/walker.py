@@ -8,17 +8,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import date
+from functools import lru_cache
 from types import MappingProxyType
 from typing import Callable, Mapping
 
 from fhir_transforms import dates
 from fhir_transforms.r4 import references
 from fhir_transforms.errors import InputError, UnknownModifier
-from fhir_transforms.r4.methods import METHODS, REMOVE, TextRef
+from fhir_transforms.r4.methods import DATA_ABSENT, METHODS, REMOVE, TextRef
 from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.rules import Profile, Rule
 from fhir_transforms.known import FULL_DATE_RE
-from fhir_transforms.r4.schema import PRIMITIVES, Element, elements, is_resource_type
+from fhir_transforms.r4.schema import PRIMITIVES, Element, declared_targets, elements, is_resource_type, model_class
 from fhir_transforms.r4.shapes import R4_ONLY, datatype_of, primitive_of
 from text_deid.spans import KnownIdentifier
 
@@ -31,6 +32,9 @@ SITE_RULES_TAG_SYSTEM = "http://deid-adapter.org/fhir/CodeSystem/site-rules"  # 
 PATIENT_LINKS = ("subject", "patient", "beneficiary")
 RELATIVE_ELEMENTS = ("born", "age", "deceased")  # FamilyMemberHistory elements that describe the relative
 NO_OPTIONS: Mapping = MappingProxyType({})
+# marking (a rule's or the profile's `marking: true`): the DS4P inline security label, and the method applied
+INLINE_LABEL = "http://hl7.org/fhir/uv/security-label-ds4p/StructureDefinition/extension-inline-sec-label"
+METHOD_EXTENSION = "http://deid-adapter.org/fhir/StructureDefinition/deid-method"
 
 
 @dataclass
@@ -74,6 +78,10 @@ class RecordContext:
     references: dict = field(default_factory=dict)  # reference → its rewrite: a record points at its patient many times
     known_seen: set = field(default_factory=set)  # (value, category) already in `known`
     age_limits: dict = field(default_factory=dict)  # patient id → the year they turned 90 (patients aged 90+ only)
+    record_key: str = ""  # the record as given (its type and id): `shift` with scope record keys its offset on it
+    targets: dict = field(default_factory=dict)  # fullUrl or #id → resourceType of the record's own resources
+    # id(Reference object) → its reference as written: the walk rewrites it before its display is ruled
+    original_references: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -90,7 +98,7 @@ class Site:
 
     # a plain class with slots: one is made for every value a rule transforms
     __slots__ = ("ctx", "res", "parent", "owner", "element", "path", "fpath", "container", "slot",
-                 "pending_extensions", "options")
+                 "pending_extensions", "options", "labels")
 
     def __init__(self, ctx: RecordContext, res: ResourceState, parent: dict, owner: str, element: Element,
                  path: str, fpath: str, container, slot, options: Mapping = NO_OPTIONS):
@@ -105,6 +113,7 @@ class Site:
         self.slot = slot
         self.pending_extensions: list = []
         self.options = options  # the rule's settings beyond its method
+        self.labels: set[str] | None = None  # the labels the method gave this element (kept only for marking)
 
     @property
     def pseudo(self) -> Pseudonymizer:
@@ -115,6 +124,8 @@ class Site:
 
     def label(self, code: str) -> None:
         self.res.labels.add(code)
+        if self.labels is not None:
+            self.labels.add(code)
 
     def record_known(self, value, category: str) -> None:
         """A value the rules transform is a known identifier: it must not survive in any text."""
@@ -134,6 +145,8 @@ class Site:
     def rewrite_reference(self, value: str) -> str | None:
         """references.rewrite, once per distinct value in a record, unless each pseudonym issued is reported."""
         pseudo, cache = self.ctx.pseudo, self.ctx.references
+        if self.owner == "Reference":
+            self.ctx.original_references[id(self.parent)] = value
         if pseudo.on_issue is not None:
             self.record_original_ids(value)
             return references.rewrite(value, pseudo)
@@ -152,13 +165,31 @@ class Site:
     def resource_type(self) -> str:
         return self.res.type
 
-    def day_offset(self) -> int:
-        return self.ctx.pseudo.day_offset(self.res.patient_id)
+    @property
+    def fhir_version(self) -> str:
+        return self.ctx.profile.fhir_version
 
-    def keeps_by_design(self, element: str) -> bool:
-        """Whether the profile keeps `Owner.element` by design (leak_guard.kept_by_design) with a keep rule."""
+    def day_offset(self) -> int:
+        """The rule's fixed `offset_days`, else the keyed offset of its scope (patient, record or release)."""
+        options = self.options
+        if "offset_days" in options:
+            return options["offset_days"]
+        scope = options.get("scope", "patient")
+        return self.ctx.pseudo.day_offset(self.scope_key(), scope)
+
+    def scope_key(self) -> str:
+        """Whose keyed offset or noise a rule uses: its `scope` (patient by default), record or release."""
+        scope = self.options.get("scope", "patient")
+        if scope == "record":
+            return self.ctx.record_key
+        if scope == "release":
+            return str(self.options.get("release", ""))
+        return self.res.patient_id
+
+    def method_of(self, key: str) -> str:
+        """The method of the rule the profile gives `key` (an element or a type)."""
         profile = self.ctx.profile
-        return element in profile.kept_by_design and profile.rules.get(element, profile.default_primitive).method == "keep"
+        return profile.rules.get(key, profile.default_primitive).method
 
     def age_limit_year(self) -> int | None:
         """The year the person this date belongs to turned 90, if they are 90 or older (else None)."""
@@ -177,24 +208,56 @@ class Site:
     def add_primitive_extensions(self, extensions: list[dict]) -> None:
         self.pending_extensions.extend(extensions)
 
+    def reference_targets(self) -> tuple[str, ...]:
+        """The resource types the Reference holding this element may point to: the one its `reference` or
+        `type` names, else those its element declares (`Claim.insurance.coverage`: Coverage); () for any."""
+        written = self.ctx.original_references.get(id(self.parent), self.parent.get("reference"))
+        found = references.target_type(written, self.parent.get("type"), self.ctx.targets)
+        if found is not None:
+            return (found,) if is_resource_type(found) or found in R4_ONLY else ()
+        declared = declared_targets(self.fpath.rsplit(".", 1)[0])
+        return () if "Resource" in declared else declared
+
+    def apply_rule_of(self, key: str, value):
+        """The value through the rule the profile gives `key` (an element or a type), with that rule's settings."""
+        rule = self.ctx.profile.rules.get(key) or self.ctx.profile.default_primitive
+        options, self.options = self.options, rule.options
+        try:
+            return METHODS[rule.method](value, self)
+        finally:
+            self.options = options
+
     def apply_type_rule(self, value):
+        """The rule of the element's type, with that rule's own settings (a `date: shift` rule's offset)."""
         rule = self.ctx.profile.rules.get(self.element.type) or self.ctx.profile.default_primitive
-        return METHODS[rule.method](value, self)
+        own, self.options = self.options, rule.options
+        try:
+            return METHODS[rule.method](value, self)
+        finally:
+            self.options = own
 
     def walk_into(self, node: dict):
         _walk_complex(node, _plan(self.ctx.profile, self.element.type, self.fpath, False), self.path, self.ctx, self.res)
         return node
 
 
+def walk_record(doc: dict, path: str, ctx: RecordContext) -> None:
+    """Apply the profile to a whole record (a Bundle or a resource), knowing what its references point to."""
+    ctx.targets.update(references.target_types(doc))
+    walk_resource(doc, path, ctx)
+
+
 def walk_resource(res: dict, path: str, ctx: RecordContext, container: ResourceState | None = None) -> None:
     """Apply the profile to one resource (and, through the walk, to its contained and entry resources)."""
     rtype = res.get("resourceType")
-    if not isinstance(rtype, str) or not (is_resource_type(rtype) or rtype in R4_ONLY):
-        raise InputError(f"{path}: resourceType is missing or not an R4 resource type")
+    version = ctx.profile.fhir_version
+    by_shape = version == "r4" and rtype in R4_ONLY
+    if not isinstance(rtype, str) or not (is_resource_type(rtype, version) or by_shape):
+        raise InputError(f"{path}: resourceType is missing or not an {version.upper()} resource type")
     state = ResourceState(rtype, _patient_of(res, ctx), set(), container=container)
     if rtype == "FamilyMemberHistory":
         state.relative_age_limit = age_limit(_relative_birth(res), ctx.clock())
-    if rtype in R4_ONLY:
+    if by_shape:
         _walk_by_shape(res, rtype, rtype, True, path, ctx, state)
     else:
         _walk_complex(res, _plan(ctx.profile, rtype, rtype, True), path, ctx, state)
@@ -322,7 +385,7 @@ def _plan(profile: Profile, type_name: str, fpath: str, is_resource: bool) -> di
     plan = profile.plans.get(cache_key)
     if plan is None:
         plan = {}
-        for key, el in elements(type_name).items():
+        for key, el in elements(type_name, profile.fhir_version).items():
             sub_fpath = f"{fpath}.{el.name}"
             rule = profile.lookup(sub_fpath, type_name, is_resource, el.name, el.type)
             conditional = rule is not None and (rule.test is not None or rule.trusted)  # per value: the general path
@@ -351,7 +414,7 @@ def _walk_complex(node: dict, plan: dict[str, _Step], path: str, ctx: RecordCont
             continue
         if step.walk_into and not step.element.is_list and type(value) is dict:  # the commonest complex case
             _walk_complex(value, plans.get(step.walk_into) or _plan(ctx.profile, *step.walk_into), f"{path}.{key}", ctx, state)
-            if not value:
+            if not value and not _absent_if_required(value, step, ctx):
                 del node[key]
         elif step.walk_into and step.element.is_list and type(value) is list:  # codings, identifiers, ...
             _walk_items(node, key, value, step, f"{path}.{key}", ctx, state)
@@ -385,10 +448,36 @@ def _walk_items(node: dict, key: str, items: list, step: _Step, path: str, ctx: 
                 out.append(item)
         else:  # no rule applies: None (a null aligning primitive extensions) comes back, any other value is bad input
             out.append(_transform(node, key, item, step, item_path, out, len(out), ctx, state))
+    if not out and items and type(items[0]) is dict and _absent_if_required(absent := {}, step, ctx):
+        out.append(absent)
     if out:
         node[key] = out
     else:
         del node[key]
+
+
+def _absent_if_required(emptied: dict, step: _Step, ctx: RecordContext) -> bool:
+    """A required element the rules emptied (an ExplanationOfBenefit.insurer that held only the display of a
+    facility name a site removes) stays, marked data-absent (masked), so that the resource is still valid."""
+    if not (step.element.required or _model_requires(step.owner, step.element.name, ctx.profile.fhir_version)):
+        return False
+    mark = {"url": DATA_ABSENT, "valueCode": "masked"}
+    ctx.generated.add(mark, "valueCode")
+    emptied["extension"] = [mark]
+    return True
+
+
+@lru_cache(maxsize=None)
+def _model_requires(owner: str, name: str, version: str) -> bool:
+    """Whether the models require a complex element (the element tables mark required primitives only); asked
+    only of an element the rules emptied."""
+    if version == "r4" and owner in R4_ONLY:
+        return False
+    try:
+        fields = model_class(owner, version).model_fields
+    except (KeyError, ValueError):
+        return False
+    return any((f.alias or n) == name and f.is_required() for n, f in fields.items())
 
 
 def _walk_values(node: dict, key: str, step: _Step, path: str, ctx: RecordContext, state: ResourceState) -> None:
@@ -451,12 +540,17 @@ def _transform(node: dict, key: str, value, step: _Step, path: str, container, s
             return REMOVE if not value else value
     site = Site(ctx, state, node, step.owner, el, path, step.fpath, container, slot,
                 rule.options if rule is not None else NO_OPTIONS)
+    marking = rule is not None and rule.options.get("marking", ctx.profile.marking)
+    if marking:
+        site.labels = set()
     try:
         result = METHODS[rule.method if rule is not None else ctx.profile.default_primitive.method](value, site)
     except ValueError as e:  # e.g. a malformed date; messages never quote the value
         if isinstance(e, InputError) or rule is None:
             raise
         raise InputError(f"{path}: {e}") from None
+    if marking and site.labels and result is not REMOVE and type(result) is not TextRef:
+        _mark(key, result, el, rule.method, site, ctx)
     if site.pending_extensions:
         _add_extensions(node, "_" + key, site.pending_extensions)
     if rule is not None and rule.trusted:
@@ -475,6 +569,20 @@ def _trust(value, container, slot, written: WrittenSlots) -> None:
     elif type(value) is list:
         for i, v in enumerate(value):
             _trust(v, value, i, written)
+
+
+def _mark(key: str, result, el: Element, method: str, site: Site, ctx: RecordContext) -> None:
+    """Record on the element what was done: its security label (the DS4P inline label) and the rule's method.
+    A primitive in a list is not marked (its `_x` list would have to align); its resource's labels say it."""
+    marks = [{"url": INLINE_LABEL, "valueCoding": {"system": SECURITY_SYSTEM, "code": code}}
+             for code in sorted(site.labels)] + [{"url": METHOD_EXTENSION, "valueCode": method}]
+    for mark in marks:
+        written = mark.get("valueCoding", mark)
+        ctx.generated.add(written, "code" if "valueCoding" in mark else "valueCode")
+    if type(result) is dict:
+        result.setdefault("extension", []).extend(marks)
+    elif not el.is_list and site.owner not in R4_ONLY and "_" + key in elements(site.owner):
+        site.add_primitive_extensions(marks)  # (Resource.id has no `_id` in the models: not marked)
 
 
 def _key_writer(node: dict, key: str) -> Callable[[object], None]:

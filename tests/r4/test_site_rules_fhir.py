@@ -63,3 +63,25 @@ def test_the_rules_hash_is_in_meta_tag_and_the_audit_record(engine, site, test_k
     assert info["versions"]["site_rules_sha256"] == site.sha256
     assert info["rules_version"] == f"{site.versions['fhir']}+site.{site.sha256[:16]}"
     assert "site_rules_sha256" not in engine_versions(packaged)["versions"]
+
+
+def test_a_kept_value_is_released_only_where_the_site_keeps_it(engine):
+    # a staff member who is also the patient: the work phone the site keeps is the patient's phone elsewhere
+    bundle = {"resourceType": "Bundle", "type": "collection", "entry": [
+        {"resource": PRACTITIONER},
+        {"resource": {"resourceType": "Patient", "id": "p2", "telecom": [{"system": "phone", "value": "555-201-7788"}]}},
+        {"resource": {"resourceType": "Observation", "id": "o1", "status": "final", "code": {"text": "note"},
+                      "subject": {"reference": "Patient/p2"}, "valueString": "Call the patient at 555-201-7788."}}]}
+    out = engine.deidentify(bundle, "test").resource
+    practitioner, patient, note = (e["resource"] for e in out["entry"])
+    assert practitioner["telecom"] == [{"system": "phone", "value": "555-201-7788", "use": "work"}]
+    assert "telecom" not in patient and "555-201-7788" not in note["valueString"]
+    assert str(out).count("555-201-7788") == 1
+
+
+def test_only_a_site_keep_of_an_element_is_trusted(tmp_path):
+    path = tmp_path / "site.yaml"
+    path.write_text("extends: safe-harbor\nfhir:\n  rules:\n    Practitioner.telecom: keep\n    ContactPoint: keep\n")
+    profile = site_profile(read_site_rules(path))
+    assert profile.rules["Practitioner.telecom"].trusted  # that element: released as the site says
+    assert not profile.rules["ContactPoint"].trusted  # a whole datatype (patients' too): the leak guard still reads it

@@ -1,17 +1,22 @@
-"""The clinical NER detector: exact offsets, windowing, all-caps names, fail-closed, determinism."""
+"""The clinical NER detector: exact offsets, windowing, all-caps names, fail-closed, determinism, no torch."""
 from __future__ import annotations
 
 import copy
+import json
 import os
+import shutil
+import sys
 
+import numpy as np
 import pytest
 
-pytest.importorskip("torch")
-pytest.importorskip("transformers")
+pytest.importorskip("onnxruntime")
+pytest.importorskip("tokenizers")
 
 from text_deid.detectors import ner as ner_mod  # noqa: E402
 from text_deid.detectors.ner import DEFAULT_MODEL, NerDetector, NerSettings, NerUnavailable  # noqa: E402
 from adapter.engines import text_stack  # noqa: E402
+from tests.conftest import SHARED  # noqa: E402
 from text_deid.spans import DetectorError  # noqa: E402
 from text_deid.stack import StackUnavailable, build_stack
 from text_deid.stack import DETECTORS, TextStack
@@ -86,7 +91,7 @@ def test_window_boundary_name_found_once(det):
     for n in range(12):  # find a prefix that puts a window edge inside the name
         text = "Will recheck BMP in AM and continue Lasix " + "as ordered " * n + f"today, pt {name} called her daughter."
         a, b = _span(text, name)
-        offs = small.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+        offs = small.encode([text])[0][1]
         toks = [k for k, (s, e) in enumerate(offs) if s < b and e > a]
         wins = small._windows(len(offs))
         if len(wins) > 1 and any(toks[0] < w1 <= toks[-1] for _, w1 in wins[:-1]):
@@ -104,7 +109,7 @@ def test_window_boundary_name_found_once(det):
 def test_long_note_windows_cover_every_name(det):
     sentence = "Called Dr. Kowalski about BP; pt Maria Gonzalez resting. "
     text = sentence * 40  # about 600 tokens: several overlapping windows of 128
-    assert len(det._windows(len(det.tokenizer(text, add_special_tokens=False)["input_ids"]))) > 4
+    assert len(det._windows(len(det.encode([text])[0][0]))) > 4
     spans = det.detect(text)
     for k in range(40):
         base = k * len(sentence)
@@ -148,30 +153,40 @@ def test_bad_label_map_fails(tmp_path):
         NerDetector(labels_path=str(bad))
 
 
+class FailingSession:
+    """An onnxruntime session stand-in whose run raises, quoting the text as a careless library might."""
+
+    def __init__(self, secret="x"):
+        self.secret = secret
+
+    def run(self, names, feeds):
+        raise RuntimeError(f"tensor problem near {self.secret}")
+
+
+class OutputSession:
+    """A session stand-in that answers `make(input_ids)` as the logits."""
+
+    def __init__(self, make):
+        self.make = make
+
+    def run(self, names, feeds):
+        return [self.make(feeds["input_ids"])]
+
+
 def test_inference_error_fails_closed(det, monkeypatch):
     secret = "Maria Gonzalez"
-
-    def boom(*a, **k):
-        raise RuntimeError(f"tensor problem near {secret}")
-
-    monkeypatch.setattr(det, "model", boom)
+    monkeypatch.setattr(det, "_session", FailingSession(secret))
     with pytest.raises(DetectorError) as e:
         det.detect(f"pt {secret} seen today")
     assert secret not in str(e.value) and "ner" in str(e.value)
 
 
 def test_garbage_output_fails_closed(det, monkeypatch):
-    import torch
-
-    class Out:
-        def __init__(self, logits):
-            self.logits = logits
-
-    monkeypatch.setattr(det, "model",
-                        lambda input_ids, attention_mask: Out(torch.full((*input_ids.shape, len(det._label_cat)), float("nan"))))
+    labels = len(det._label_cat)
+    monkeypatch.setattr(det, "_session", OutputSession(lambda ids: np.full((*ids.shape, labels), np.nan, np.float32)))
     with pytest.raises(DetectorError, match="not finite"):
         det.detect("pt Maria Gonzalez seen today")
-    monkeypatch.setattr(det, "model", lambda input_ids, attention_mask: Out(torch.zeros((1, 2, 3))))
+    monkeypatch.setattr(det, "_session", OutputSession(lambda ids: np.zeros((1, 2, 3), np.float32)))
     with pytest.raises(DetectorError, match="shape"):
         det.detect("pt Maria Gonzalez seen today")
 
@@ -179,11 +194,7 @@ def test_garbage_output_fails_closed(det, monkeypatch):
 def test_stack_fails_record_on_ner_error(det):
     assert "ner" in DETECTORS
     ner = copy.copy(det)
-
-    def boom(*a, **k):
-        raise ValueError("x")
-
-    ner.model = boom
+    ner._session = FailingSession()
     stack = TextStack("t", [DETECTORS["patterns"](), ner])
     with pytest.raises(DetectorError):
         stack.detect("pt Maria Gonzalez seen today")
@@ -196,14 +207,64 @@ def test_label_prefixes():
     assert ner_mod._split_label("PERSON") == ("I", "PERSON")
 
 
-def test_without_torch_the_stack_is_unavailable(monkeypatch):
-    import sys
-
-    monkeypatch.setitem(sys.modules, "torch", None)  # as if torch were not installed
-    with pytest.raises(NerUnavailable, match="needs torch and transformers"):
+def test_without_onnxruntime_the_stack_is_unavailable(monkeypatch):
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # as if onnxruntime were not installed
+    with pytest.raises(NerUnavailable, match="needs onnxruntime and tokenizers"):
         NerDetector()
     with pytest.raises(StackUnavailable, match="deid-adapter\\[ner\\]"):
         _ner(NerSettings())
+
+
+def test_inference_needs_no_torch(monkeypatch):
+    for name in ("torch", "transformers"):
+        monkeypatch.setitem(sys.modules, name, None)  # as if the training packages were not installed
+    text = "Pt Maria Gonzalez seen by Dr. Kowalski on 03/14/2023."
+    assert ("Maria Gonzalez", "NAME") in [(text[s.start:s.end], s.category) for s in NerDetector().detect(text)]
+
+
+def test_a_graph_exported_from_other_weights_is_refused(tmp_path):
+    folder = tmp_path / "retrained"
+    shutil.copytree(DEFAULT_MODEL, folder)
+    with open(folder / "model.safetensors", "ab") as fh:  # new weights, the old graph left behind
+        fh.write(b"\0")
+    with pytest.raises(NerUnavailable, match="exported from other weights.*text_deid.ner_training.export"):
+        NerDetector(model_path=str(folder))
+    (folder / "model.onnx").unlink()
+    with pytest.raises(NerUnavailable, match="no model weights \\(model.onnx\\).*text_deid.ner_training.export"):
+        NerDetector(model_path=str(folder))
+
+
+def _tuning_texts(n):
+    path = SHARED / "asq-phi" / "tuning.jsonl"
+    if not path.is_file():
+        pytest.skip("ASQ-PHI tuning half not present")
+    return [json.loads(line)["text"] for line in path.read_text(encoding="utf-8").splitlines()[:n]]
+
+
+def test_a_texts_spans_do_not_depend_on_the_other_texts_of_its_record(det):
+    texts = _tuning_texts(200)
+    alone = [det.detect(t) for t in texts]
+    assert det.detect_many(texts) == alone
+
+
+def test_the_windows_of_a_records_texts_run_together(det, monkeypatch):
+    calls = []
+
+    class Counting:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def run(self, names, feeds):
+            calls.append(feeds["input_ids"].shape[0])
+            return self.inner.run(names, feeds)
+
+    texts = ["pt Maria Gonzalez seen today", "", "Called Dr. Kowalski about BP. " * 30, "f/u in Fresno, CA"]
+    windows = sum(len(det._windows(len(ids))) for ids, _ in det.encode([t for t in texts if t]))
+    batched = copy.copy(det)
+    batched._batch = 32
+    monkeypatch.setattr(batched, "_session", Counting(det._session))
+    found = batched.detect_many(texts)
+    assert calls == [windows] and len(found) == 4 and found[1] == [] and found[0]
 
 
 @pytest.mark.parametrize("text,names", [

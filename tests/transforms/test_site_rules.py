@@ -7,7 +7,7 @@ import json
 import pytest
 
 from fhir_transforms.hl7v2.rules import hl7_site_profile, load_hl7_profile
-from fhir_transforms.methods import METHODS
+from fhir_transforms.methods import COMMON, FHIR, HL7V2, METHODS
 from fhir_transforms.r4.site import site_profile
 from fhir_transforms.rules import load_profile
 from fhir_transforms.site_rules import SCHEMA_FILE, RulesFileError, read_site_rules, schema, write_schema
@@ -28,10 +28,25 @@ def test_the_shipped_schema_is_the_one_derived_from_the_methods_declaration():
     assert SCHEMA_FILE.read_text() == write_schema(), "regenerate: deid-adapter rules schema > mappings/site-rules.schema.json"
     shipped = json.loads(SCHEMA_FILE.read_text())
     assert shipped["$defs"]["fhirMethodRule"]["properties"]["method"]["enum"] == sorted(METHODS)
-    for method in METHODS.values():  # each method's declared settings, and only those, are allowed with it
-        case = next(c for c in schema()["$defs"]["fhirMethodRule"]["allOf"]
-                    if c["if"]["properties"]["method"]["const"] == method.name)
-        assert set(case["then"]["properties"]) == {"method", "where", *method.options}
+    for engine, rule in ((FHIR, "fhirMethodRule"), (HL7V2, "hl7MethodRule")):
+        for method in METHODS.values():  # each method's settings for the engine, and only those, are allowed with it
+            case = next(c for c in schema()["$defs"][rule]["allOf"]
+                        if c["if"]["properties"]["method"]["const"] == method.name)
+            declared = [p for p in method.params + COMMON if engine in p.engines]
+            assert set(case["then"]["properties"]) == {"method", *["where"] * (engine == FHIR), *(p.name for p in declared)}
+            for p in declared:  # the type and choices the Param table declares
+                assert case["then"]["properties"][p.name].get("type", "any") == p.type
+                assert case["then"]["properties"][p.name].get("enum", []) == list(p.choices)
+
+
+def test_a_rule_the_param_table_refuses_the_schema_refuses_too(tmp_path):
+    # the schema and check_options read one table: a setting of another engine, a wrong choice, a wrong type
+    for rule, words in (("{method: keep, checked: true}", "unknown key 'checked'"),
+                        ("{method: shift, scope: galaxy}", "galaxy"),
+                        ("{method: perturb, span: wide}", "span: expected number")):
+        with pytest.raises(RulesFileError) as e:
+            read_site_rules(write(tmp_path, f"extends: safe-harbor\nfhir:\n  rules:\n    date: {rule}\n"))
+        assert ":4:" in str(e.value) and words in str(e.value)
 
 
 # (the file, the line the error must name, words the message must hold): one row per kind of error
@@ -78,7 +93,7 @@ def test_extends_then_override_add_and_drop_by_key(tmp_path):
 fhir:
   rules:
     dateTime: year            # overrides longitudinal's shift
-    Organization.name: remove # adds
+    Organization.alias: remove # adds
     Meta.profile: null        # drops: Meta.profile falls to its type's rule
   identifiers:
     remove_types: [SS]
@@ -90,7 +105,7 @@ hl7v2:
 """)
     packaged = load_profile("longitudinal")
     assert packaged.rules["dateTime"].method == "shift" and fhir.rules["dateTime"].method == "year"
-    assert "Organization.name" not in packaged.rules and fhir.rules["Organization.name"].method == "remove"
+    assert "Organization.alias" not in packaged.rules and fhir.rules["Organization.alias"].method == "remove"
     assert "Meta.profile" in packaged.rules and "Meta.profile" not in fhir.rules
     assert fhir.rules["date"].method == "shift"  # what the file does not name stays as packaged
     assert fhir.identifier_remove_types == {"SS"} and fhir.identifier_remove_systems == packaged.identifier_remove_systems
@@ -106,3 +121,33 @@ def test_the_hash_follows_the_content_not_its_spelling(tmp_path):
                                              "extends: safe-harbor\n"))
     other = read_site_rules(write(tmp_path, "extends: safe-harbor\nfhir: {rules: {Organization.name: text}}\n"))
     assert one.sha256 == spelled.sha256 != other.sha256
+
+
+def test_profile_level_keys_and_r5_rules_of_a_site_file(tmp_path):
+    site, fhir, _ = load(tmp_path, """extends: safe-harbor
+fhir:
+  marking: true
+  entries:
+    remove: [Provenance, {resource: DocumentReference, element: type, code: '34117-2'}]
+  fhir_versions:
+    r5:
+      rules:
+        ExtendedContactDetail.name: keep
+""")
+    assert fhir.marking is True and [e.resource for e in fhir.remove_entries] == ["Provenance", "DocumentReference"]
+    r5 = fhir.for_version("r5")
+    assert r5.rules["ExtendedContactDetail.name"].method == "keep" and r5.rules["ExtendedContactDetail.name"].trusted
+    assert "ExtendedContactDetail.name" not in fhir.rules  # R4 keeps its own rules
+    assert r5.rules_sha256 == site.sha256
+
+
+def test_r5_paths_are_checked_against_r5_and_r4_paths_against_r4b(tmp_path):
+    with pytest.raises(RulesFileError) as e:  # a datatype R5 added: no R4 element
+        load(tmp_path, "extends: safe-harbor\nfhir:\n  rules:\n    ExtendedContactDetail.name: keep\n")
+    assert ":4:" in str(e.value) and "no FHIR R4" in str(e.value)
+    with pytest.raises(RulesFileError) as e:
+        load(tmp_path, "extends: safe-harbor\nfhir:\n  fhir_versions:\n    r5:\n      rules:\n        Patient.colour: keep\n")
+    assert ":6:" in str(e.value) and "Patient has no element 'colour'" in str(e.value)
+    with pytest.raises(RulesFileError) as e:  # an entry rule is a resource type or {resource, element, code}
+        load(tmp_path, "extends: safe-harbor\nfhir:\n  entries:\n    remove: [{resource: Provenance, code: x}]\n")
+    assert ":4:" in str(e.value)

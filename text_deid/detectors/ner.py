@@ -1,4 +1,4 @@
-"""Clinical NER: a Hugging Face token classifier on disk, run on CPU with torch.
+"""Clinical NER: a Hugging Face token classifier on disk, exported to ONNX and run on CPU with onnxruntime.
 
 Configuration
 -------------
@@ -7,15 +7,18 @@ never reads it):
 
 * Model folder: `model_path`, else the project's
   model in `text_deid/models/ner-tiny-cased` (a 4-layer cased BERT trained on synthetic notes by
-  `python -m text_deid.ner_training.train`).  The folder must hold a *fast* tokenizer (offsets are
-  taken from its `offset_mapping`) and a `*ForTokenClassification` model.
+  `python -m text_deid.ner_training.train`).  The folder must hold a *fast* tokenizer (`tokenizer.json`:
+  offsets are taken from it), the model's `config.json` (labels, positions) and its graph `model.onnx`
+  as `python -m text_deid.ner_training.export` writes it (int8 weights).  Inference needs onnxruntime,
+  tokenizers and numpy, not torch; torch is for training and export only.  A `model.onnx` exported
+  from other weights than the folder's `model.safetensors` (a retrained model) is refused.
 * Label map: `labels.json` / `labels.yaml` in the model folder, or `labels_path`
   (a JSON or YAML file): model entity type → our category, e.g. for an i2b2 model
   `{"PATIENT": "NAME", "STAFF": "NAME", "HOSP": "GEOGRAPHIC_LOCATION", "DATE": "DATE", "AGE": null}`.
   Model labels are read as `O` or `PREFIX-TYPE` with PREFIX in B, I, L, U, E, S (BIO/BILOU/BIOES);
   `null` ignores a type on purpose.  A model type that is missing from the map is a configuration
   error (never silently dropped).
-* Threads: `torch.set_num_threads(threads or 1)`.
+* Threads: onnxruntime's intra-op threads, `threads or 1`.
 * Threshold: a token is PHI when 1 - P(O) >= `threshold` (default 0.8, chosen on the
   ASQ-PHI tuning half as the lowest of 0.5/0.8/0.9/0.95 at which `no-llm` keeps the upper 95% bound of
   hard negatives flagged under 5% and the lower bound of precision over 97%: a low threshold keeps the
@@ -24,20 +27,21 @@ never reads it):
 
 Windowing: the whole text is tokenized once; windows of `max_len` tokens overlap by `stride` tokens and
 each token takes its prediction from the window in which it sits furthest from an edge, so a name on
-a window boundary is decoded once, from full context.  Spans are widened to whole words (a word being
+a window boundary is decoded once, from full context.  The windows of all the texts of a record
+(`detect_many`) run together, in batches of similar length.  Spans are widened to whole words (a word being
 a run of letters/digits) and mapped back to characters through the tokenizer's offsets.
 
-Fail closed: a missing model, missing torch/transformers or a bad label map raise `NerUnavailable`
+Fail closed: a missing or stale model, missing onnxruntime/tokenizers or a bad label map raise `NerUnavailable`
 (the stack turns it into `StackUnavailable`, exit 2); anything going wrong during inference, or an
 output that is not a finite probability table of the right shape, raises `DetectorError`.  Messages
 never contain text from the record.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
-import threading
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -48,17 +52,32 @@ DETECTOR = "ner"
 DEFAULT_THRESHOLD = 0.8
 
 
-def _weights_digest(path: str) -> str:
-    """A short digest of the model's weight files, so audit records name the exact model."""
-    import hashlib
+ONNX_FILE = "model.onnx"
+WEIGHT_FILES = (".safetensors", ".bin")  # the torch weights an ONNX graph is exported from
+BATCH_WINDOWS = 32  # windows per onnxruntime call for an fp32 graph; the record's deadline is checked between calls
 
+
+def _file_digest(path: str, digest=None):
+    digest = digest or hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _has_weights(folder: str) -> bool:
+    return any(name.endswith(WEIGHT_FILES) for name in os.listdir(folder))
+
+
+def weights_digest(folder: str) -> str:
+    """sha256 of the folder's torch weight files, in name order: what its ONNX graph must be exported from."""
     digest = hashlib.sha256()
-    for name in sorted(os.listdir(path)):
-        if name.endswith((".safetensors", ".bin")):
-            with open(os.path.join(path, name), "rb") as f:
-                for block in iter(lambda: f.read(1 << 20), b""):
-                    digest.update(block)
-    return digest.hexdigest()[:12]
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(WEIGHT_FILES):
+            _file_digest(os.path.join(folder, name), digest)
+    return digest.hexdigest()
+
+
 DEFAULT_MODEL = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "models", "ner-tiny-cased")
 _PREFIXES = ("B", "I", "L", "U", "E", "S")
 _WORD_CHAR = re.compile(r"\w")
@@ -141,8 +160,10 @@ class NerDetector:
         path = model_path or DEFAULT_MODEL
         if not os.path.isdir(path):
             raise NerUnavailable(f"ner: model folder not found: {path} (set DEID_ADAPTER_NER_MODEL)")
-        if not any(os.path.isfile(os.path.join(path, f)) for f in ("model.safetensors", "pytorch_model.bin")):
-            raise NerUnavailable(f"ner: no model weights (model.safetensors) in {path}")
+        onnx_path = os.path.join(path, ONNX_FILE)
+        if not os.path.isfile(onnx_path):
+            raise NerUnavailable(f"ner: no model weights ({ONNX_FILE}) in {path}; "
+                                 f"export them: python -m text_deid.ner_training.export {path}")
         if not os.path.isfile(os.path.join(path, "tokenizer.json")):
             raise NerUnavailable(f"ner: no fast tokenizer (tokenizer.json) in {path}")
         if not labels_path:
@@ -155,36 +176,41 @@ class NerDetector:
         label_map = _load_label_map(labels_path)
         labels = self._parse_labels(path, label_map, labels_path)
         try:
-            import torch
-            from transformers import AutoModelForTokenClassification, AutoTokenizer
+            import numpy
+            import onnxruntime
+            from tokenizers import Tokenizer
         except ImportError as e:
             raise NerUnavailable(
-                f"ner: needs torch and transformers ({e.name} is not installed; pip install 'deid-adapter[ner]')"
+                f"ner: needs onnxruntime and tokenizers ({e.name} is not installed; pip install 'deid-adapter[ner]')"
             ) from None
-        self._torch = torch
-        n_threads = threads or 1
-        torch.set_num_threads(max(1, n_threads))
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        self._np = numpy
         try:
-            from transformers.utils import logging as hf_logging
-
-            hf_logging.disable_progress_bar()
-            hf_logging.set_verbosity_error()
-        except Exception:  # pragma: no cover - cosmetic only
-            pass
-        try:
-            self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-            self.model = AutoModelForTokenClassification.from_pretrained(path, local_files_only=True,
-                                                                         dtype=torch.float32)
+            self.tokenizer = Tokenizer.from_file(os.path.join(path, "tokenizer.json"))
+            self.tokenizer.no_truncation()
+            self.tokenizer.no_padding()
+            options = onnxruntime.SessionOptions()
+            options.intra_op_num_threads = max(1, threads or 1)
+            options.inter_op_num_threads = 1
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # CPU for work, not waiting
+            options.log_severity_level = 3
+            self._session = onnxruntime.InferenceSession(onnx_path, options, providers=["CPUExecutionProvider"])
+            meta = self._session.get_modelmeta().custom_metadata_map
         except Exception as e:
             raise NerUnavailable(f"ner: cannot load model from {path} ({type(e).__name__})") from None
-        if not getattr(self.tokenizer, "is_fast", False):
-            raise NerUnavailable(f"ner: the tokenizer in {path} is not a fast tokenizer (no character offsets)")
-        self.model.eval()
-        if [str(self.model.config.id2label[i]) for i in range(self.model.config.num_labels)] != labels:
-            raise NerUnavailable(f"ner: labels of the loaded model differ from {path}/config.json")
+        if {i.name for i in self._session.get_inputs()} != {"input_ids", "attention_mask"}:
+            raise NerUnavailable(f"ner: {path}/{ONNX_FILE} must take input_ids and attention_mask")
+        if "labels" in meta and json.loads(meta["labels"]) != labels:
+            raise NerUnavailable(f"ner: labels of {path}/{ONNX_FILE} differ from {path}/config.json")
+        if "source_sha256" in meta and _has_weights(path) and meta["source_sha256"] != weights_digest(path):
+            raise NerUnavailable(f"ner: {path}/{ONNX_FILE} was exported from other weights than the folder's; "
+                                 f"export them again: python -m text_deid.ner_training.export {path}")
+        self._special = self._special_ids(path)
+        # An int8 graph quantizes its activations with one scale per call, so windows batched together would
+        # shift each other's results: a text's spans would depend on the other texts of its record. Only a graph
+        # exported as fp32 is batched (one of unknown precision may be quantized).
+        self._batch = BATCH_WINDOWS if meta.get("precision") == "fp32" else 1
         self._cats = sorted({c for c in self._label_cat if c})
-        limit = int(getattr(self.model.config, "max_position_embeddings", 512))
+        limit = self._positions
         self.max_len = max_len or min(128, limit)
         if self.max_len > limit:
             raise NerUnavailable("ner: max_len exceeds the model's positions")
@@ -193,16 +219,33 @@ class NerDetector:
             raise NerUnavailable("ner: stride must be smaller than half the window")
         self.threshold = threshold if threshold is not None else DEFAULT_THRESHOLD
         self.model_path = path
-        # what the audit trail records: which weights, at which threshold (never the model object)
-        self.version = f"{os.path.basename(os.path.normpath(path))} sha256:{_weights_digest(path)} threshold={self.threshold}"
-        self._lock = threading.Lock()
+        # what the audit trail records: which graph runs, at which threshold (never the model object)
+        self.version = (f"{os.path.basename(os.path.normpath(path))} sha256:{_file_digest(onnx_path)[:12]} "
+                        f"threshold={self.threshold}")
+
+    def _special_ids(self, path: str) -> tuple[int, int, int]:
+        """([CLS], [SEP], [PAD]) ids, named by tokenizer_config.json (BERT's names where it does not say)."""
+        try:
+            with open(os.path.join(path, "tokenizer_config.json"), encoding="utf-8") as fh:
+                named = json.load(fh)
+        except (OSError, ValueError):
+            named = {}
+        ids = []
+        for key, default in (("cls_token", "[CLS]"), ("sep_token", "[SEP]"), ("pad_token", "[PAD]")):
+            token = named.get(key) if isinstance(named.get(key), str) else default
+            ids.append(self.tokenizer.token_to_id(token))
+        if ids[0] is None or ids[1] is None:
+            raise NerUnavailable(f"ner: the tokenizer in {path} has no [CLS]/[SEP] tokens")
+        return ids[0], ids[1], ids[2] if ids[2] is not None else 0
 
     def _parse_labels(self, path: str, label_map: dict, labels_path: str) -> list[str]:
         """Model labels from config.json, checked against the label map before any weights are loaded."""
         try:
             with open(os.path.join(path, "config.json"), encoding="utf-8") as fh:
-                id2label = json.load(fh)["id2label"]
+                config = json.load(fh)
+            id2label = config["id2label"]
             labels = [str(id2label[str(i)]) for i in range(len(id2label))]
+            self._positions = int(config.get("max_position_embeddings", 512))
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise NerUnavailable(f"ner: cannot read the labels in {path}/config.json ({type(e).__name__})") from None
         # per label id: category (None for O / ignored types) and whether it opens a span
@@ -238,61 +281,78 @@ class NerDetector:
                 return out
             i += step
 
-    def _probs(self, ids: list[int]):
-        """Per-token class probabilities (n_tokens x n_labels) over windows, best window per token."""
-        torch = self._torch
-        tok = self.tokenizer
-        wins = self._windows(len(ids))
-        batch = [[tok.cls_token_id] + ids[a:b] + [tok.sep_token_id] for a, b in wins]
-        L = max(len(x) for x in batch)
-        pad = tok.pad_token_id if tok.pad_token_id is not None else 0
-        inp = torch.full((len(batch), L), pad, dtype=torch.long)
-        att = torch.zeros((len(batch), L), dtype=torch.long)
-        for r, x in enumerate(batch):
-            inp[r, :len(x)] = torch.tensor(x, dtype=torch.long)
-            att[r, :len(x)] = 1
-        with self._lock, torch.inference_mode():
-            logits = self.model(input_ids=inp, attention_mask=att).logits
-        if logits.dim() != 3 or logits.shape[0] != len(batch) or logits.shape[1] != L \
-                or logits.shape[2] != len(self._label_cat):
+    def encode(self, texts: Sequence[str]) -> list[tuple[list[int], list[tuple[int, int]]]]:
+        """(token ids, character offsets) of each text, without special tokens."""
+        return [(e.ids, e.offsets) for e in self.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
+
+    def _logits(self, rows: list[list[int]]):
+        """Logits (rows x longest x labels) of one batch of windows, each row [CLS] ids [SEP], padded."""
+        np = self._np
+        width = max(map(len, rows))
+        ids = np.full((len(rows), width), self._special[2], dtype=np.int64)
+        mask = np.zeros((len(rows), width), dtype=np.int64)
+        for r, row in enumerate(rows):
+            ids[r, :len(row)] = row
+            mask[r, :len(row)] = 1
+        logits = self._session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
+        if getattr(logits, "shape", None) != (len(rows), width, len(self._label_cat)):
             raise DetectorError("ner: model output has the wrong shape")
-        probs = torch.softmax(logits.float(), dim=-1)
-        if not bool(torch.isfinite(probs).all()):
-            raise DetectorError("ner: model output is not finite")
-        out = torch.empty((len(ids), probs.shape[2]))
-        best = [-1] * len(ids)
-        for w, (a, b) in enumerate(wins):
-            for k in range(a, b):
-                margin = min(k - a, b - 1 - k)  # distance to the window's nearer edge
-                if margin > best[k]:
-                    best[k] = margin
-                    out[k] = probs[w, 1 + k - a]
+        return logits
+
+    def _probs(self, encoded: list[list[int]]) -> list:
+        """Per text, per-token class probabilities (tokens x labels): the windows of every text run in
+        batches of similar length, and each token takes the window in which it sits furthest from an edge."""
+        np = self._np
+        cls, sep, _ = self._special
+        windows = [(t, a, b) for t, ids in enumerate(encoded) for a, b in self._windows(len(ids)) if ids]
+        windows.sort(key=lambda w: w[2] - w[1], reverse=True)  # less padding per batch
+        out = [np.empty((len(ids), len(self._label_cat)), dtype=np.float32) for ids in encoded]
+        best = [np.full(len(ids), -1) for ids in encoded]
+        for i in range(0, len(windows), self._batch):
+            budget.check(DETECTOR)  # past the record's deadline, no more inference
+            batch = windows[i:i + self._batch]
+            logits = self._logits([[cls, *encoded[t][a:b], sep] for t, a, b in batch])
+            with np.errstate(over="ignore", invalid="ignore"):
+                exp = np.exp(logits - logits.max(axis=-1, keepdims=True))
+                probs = exp / exp.sum(axis=-1, keepdims=True)
+            if not np.isfinite(probs).all():
+                raise DetectorError("ner: model output is not finite")
+            for row, (t, a, b) in enumerate(batch):
+                k = np.arange(a, b)
+                margin = np.minimum(k - a, b - 1 - k)  # distance to the window's nearer edge
+                better = margin > best[t][a:b]
+                best[t][k[better]] = margin[better]
+                out[t][k[better]] = probs[row, 1 + k[better] - a]
         return out
 
     def detect(self, text: str, known: Sequence[KnownIdentifier] = ()) -> list[Span]:
-        if not isinstance(text, str):
+        return self.detect_many([text], known)[0]
+
+    def detect_many(self, texts: Sequence[str], known: Sequence[KnownIdentifier] = ()) -> list[list[Span]]:
+        """Spans for each text; the windows of all the texts run together."""
+        if not all(isinstance(t, str) for t in texts):
             raise DetectorError("ner: input is not text")
-        if not text.strip():
-            return []
-        budget.check(DETECTOR)  # past the record's deadline, no more inference
+        live = [t for t in texts if t.strip()]
+        if not live:
+            return [[] for _ in texts]
+        budget.check(DETECTOR)
         try:
-            enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-            ids, offs = enc["input_ids"], enc["offset_mapping"]
-            if not ids:
-                return []
-            probs = self._probs(ids)
-            return self._decode(text, probs, offs)
+            encoded = self.encode(live)
+            probs = self._probs([ids for ids, _ in encoded])
+            found = [self._decode(t, p, offs) for t, p, (_, offs) in zip(live, probs, encoded)]
         except DetectorError:
             raise
         except Exception as e:  # never let a foreign message (which may quote text) escape
             raise DetectorError(f"ner: inference failed ({type(e).__name__})") from None
+        in_order = iter(found)
+        return [next(in_order) if t.strip() else [] for t in texts]
 
     def _decode(self, text: str, probs, offs) -> list[Span]:
         o = self._o
         p_phi = (1.0 - probs[:, o]).tolist()
-        pr = probs.clone()
+        pr = probs.copy()
         pr[:, o] = -1.0
-        arg = pr.argmax(dim=-1).tolist()
+        arg = pr.argmax(axis=-1).tolist()
         spans: list[list] = []  # [start, end, cat, [scores]]
         prev_cat = None
         prev_end = -1

@@ -24,9 +24,7 @@ Design notes
 """
 from __future__ import annotations
 
-import sys
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Iterator, Sequence
@@ -35,41 +33,9 @@ import phonenumbers
 import regex
 
 from text_deid import budget
+from text_deid.detectors import presidio_patterns as presidio
 from text_deid.spans import DetectorError, KnownIdentifier, Span
 
-
-@contextmanager
-def _without_ml_frameworks():
-    """Import presidio without its optional torch/transformers engines.
-
-    presidio-analyzer's package import loads its Hugging Face NLP engine whenever transformers is
-    installed (about 10 s here), though this detector only needs its patterns and checksums. Hiding
-    torch and transformers for the duration of the import makes presidio skip that engine; they
-    import normally afterwards (the NER detector uses them).
-    """
-    hidden = {name: sys.modules.get(name) for name in ("torch", "transformers")}
-    for name in hidden:
-        sys.modules[name] = None  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        for name, module in hidden.items():
-            if module is None:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = module
-
-
-with _without_ml_frameworks():  # presidio pattern/validation reuse; see module docstring
-    from presidio_analyzer.predefined_recognizers import (
-        CreditCardRecognizer,
-        IpRecognizer,
-        MedicalLicenseRecognizer,
-        UsNpiRecognizer,
-        UsSsnRecognizer,
-    )
-    from presidio_analyzer.predefined_recognizers.generic.email_recognizer import EmailRecognizer
-    from presidio_analyzer.predefined_recognizers.generic.url_recognizer import UrlRecognizer
 
 DETECTOR = "patterns"
 
@@ -356,21 +322,14 @@ class PatternDetector:
         # a bare run of 10+ digits is an identifier of some kind (seed, accession, member number), not a value
         self._long_number = regex.compile(r"(?<![\d.,])\d{10,}(?![\d]|[.,]\d)")
         self._scheme_url = regex.compile(_SCHEME_URL_SRC)
-        # reuse presidio's pattern definitions, run with our own engine + timeout
-        self._ssn_rec = UsSsnRecognizer()
-        self._cc_rec = CreditCardRecognizer()
-        self._ip_rec = IpRecognizer()
-        self._dea_rec = MedicalLicenseRecognizer()
-        self._npi_rec = UsNpiRecognizer()
-        self._cc = regex.compile(CreditCardRecognizer.PATTERNS[0].regex)
-        # all of presidio's IP patterns except the one for the bare unspecified address "::"
-        self._ips = [regex.compile(p.regex) for p in IpRecognizer.PATTERNS if not p.regex.startswith(r"(?<![\w:])::(?:/")]
-        self._email = regex.compile(EmailRecognizer.PATTERNS[0].regex)
-        self._dea = regex.compile(
-            r"(?<![A-Za-z0-9])(?:" + MedicalLicenseRecognizer.PATTERNS[0].regex + r")(?![A-Za-z0-9])"
-        )
+        # reuse presidio's pattern definitions (text_deid/detectors/presidio_patterns.py), run with our own
+        # engine + timeout; all of its IP patterns except the one for the bare unspecified address "::"
+        self._cc = regex.compile(presidio.PATTERNS["credit_card"])
+        self._ips = [regex.compile(p) for name, p in presidio.PATTERNS["ip"].items() if name != "IPv6_unspecified"]
+        self._email = regex.compile(presidio.PATTERNS["email"])
+        self._dea = regex.compile(r"(?<![A-Za-z0-9])(?:" + presidio.PATTERNS["dea"] + r")(?![A-Za-z0-9])")
         self._nonscheme_url = regex.compile(
-            r"(?<![\w@.\-/])(?:" + UrlRecognizer.PATTERNS[1].regex.removeprefix("(?i)") + r")(?![\w@\-])",
+            r"(?<![\w@.\-/])(?:" + presidio.PATTERNS["url"].removeprefix("(?i)") + r")(?![\w@\-])",
             regex.IGNORECASE,
         )
         # cheap anchors: each stage scans with a fast regex, then applies its full pattern locally
@@ -579,7 +538,7 @@ class PatternDetector:
                     break
             conf = 0.8
         elif key == "npi":
-            conf = 0.95 if (len(digits) == 10 and self._npi_rec.validate_result(digits)) else 0.6
+            conf = 0.95 if (len(digits) == 10 and presidio.npi_valid(digits)) else 0.6
         elif key == "lic" and m.group(key).upper().startswith("DEA"):
             conf = 0.95 if self._dea_ok(val) else 0.6
         elif key == "veh" and len(val) == 17:
@@ -588,7 +547,7 @@ class PatternDetector:
 
     def _dea_ok(self, val: str) -> bool:
         v = val.replace("-", "").replace(" ", "")
-        return len(v) == 9 and v[:2].isalpha() and v[2:].isdigit() and bool(self._dea_rec.validate_result(v))
+        return len(v) == 9 and v[:2].isalpha() and v[2:].isdigit() and presidio.dea_valid(v)
 
     # SSN ------------------------------------------------------------------------------------------
     def _ssns(self, scan: _Scan) -> list[Span]:
@@ -596,7 +555,7 @@ class PatternDetector:
         res = []
         for m in scan.iter(self._ssn, text):
             t = m.group()
-            if self._ssn_rec.invalidate_result(t) and _digits(t) not in _SAMPLE_SSNS:
+            if presidio.ssn_invalid(t) and _digits(t) not in _SAMPLE_SSNS:
                 continue
             res.append(self._span(m.start(), m.end(), "SOCIAL_SECURITY_NUMBER", 0.85 if m.group(1) == "-" else 0.6))
         return res
@@ -702,7 +661,7 @@ class PatternDetector:
         for a in scan.iter(self._a_ipv4, text):
             ws, we = max(0, a.start() - 1), min(n, a.end() + 4)
             for m in self._ips[2].finditer(text, ws, we, timeout=scan.limit(self._ips[2])):  # presidio IPv4
-                if not self._ip_rec.invalidate_result(m.group()):
+                if not presidio.ip_invalid(m.group()):
                     res.append(self._span(m.start(), m.end(), "IP_ADDRESS", 0.9))
         if ("::" in text or text.count(":") >= 7) and self._a_ipv6.search(text, timeout=scan.limit(self._a_ipv6)) is not None:
             for i, pat in enumerate(self._ips):
@@ -710,7 +669,7 @@ class PatternDetector:
                     continue
                 for m in scan.iter(pat, text):
                     t = m.group()
-                    if self._ip_rec.invalidate_result(t) or t.count(":") < 2:
+                    if presidio.ip_invalid(t) or t.count(":") < 2:
                         continue
                     res.append(self._span(m.start(), m.end(), "IP_ADDRESS", 0.9))
         return res
@@ -722,7 +681,7 @@ class PatternDetector:
         for m in scan.iter(self._cc, text):
             t = m.group()
             d = _digits(t)
-            if 13 <= len(d) <= 19 and len(set(d)) > 1 and self._cc_rec.validate_result(t):
+            if 13 <= len(d) <= 19 and len(set(d)) > 1 and presidio.credit_card_valid(t):
                 res.append(self._span(m.start(), m.end(), "ACCOUNT_NUMBER", 0.9))
         return res
 

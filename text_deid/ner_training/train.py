@@ -13,7 +13,8 @@ Steps: generate `--n-docs` synthetic training documents (`synth.generate(seed=1,
 train a cased WordPiece vocabulary on them plus the surrogate lists, build a 4-layer BERT from a config
 (no pretrained weights exist offline that are cased), train BIO token classification, and save the
 model in float16 (`model.safetensors`), the fast tokenizer, `labels.json` (model entity type → category)
-and `training.json` (settings, data sizes, wall time).
+and `training.json` (settings, data sizes, wall time), then export `model.onnx`, the graph the detector
+runs (`text_deid.ner_training.export`).
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ import math
 import os
 import random
 import time
-from text_deid.ner_training import synth
+from text_deid.ner_training import export, synth
 
 # model entity types and the gold categories folded into each (others are "O" for the model)
 TYPE_OF_CATEGORY = {
@@ -226,6 +227,7 @@ def main(argv=None) -> None:
                 torch=torch.__version__, synth="text_deid.ner_training.synth.generate(n_docs, seed=1, split='train')")
     with open(os.path.join(a.out, "training.json"), "w") as fh:
         json.dump(meta, fh, indent=1)
+    export.export(a.out)  # the graph the NER detector runs (python -m text_deid.ner_training.export)
     print(json.dumps(meta))
 
 

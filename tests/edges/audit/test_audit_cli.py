@@ -184,9 +184,10 @@ def test_vault_round_trip_denials_and_one_chain_across_edges(setup):
 def test_vault_entry_moved_to_another_pseudonym_does_not_decrypt(setup):
     deidentify(setup, "--vault", "--vault-key-file", str(setup["vault_key"]))
     vault = Vault(setup["vault_store"])
+    table = entries()
     with vault.engine.connect() as conn:
-        rows = conn.execute(entries.select().order_by(entries.c.id)).all()
-        conn.execute(entries.update().where(entries.c.id == rows[1].id).values(nonce=rows[0].nonce,
+        rows = conn.execute(table.select().order_by(table.c.id)).all()
+        conn.execute(table.update().where(table.c.id == rows[1].id).values(nonce=rows[0].nonce,
                                                                               ciphertext=rows[0].ciphertext))
         conn.commit()
     with pytest.raises(ReidentificationDenied):

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+from datetime import date, timedelta
 
 import pytest
 from typer.testing import CliRunner
@@ -12,7 +14,7 @@ from adapter.http.auth import add_client
 from fhir_transforms import keys
 from fhir_transforms.r4.walker import SITE_RULES_TAG_SYSTEM
 from fhir_transforms.site_rules import read_site_rules
-from tests.conftest import ROOT
+from tests.conftest import ROOT, SHARED
 
 EXAMPLE = ROOT / "examples" / "site-rules.yaml"
 BAD = "extends: safe-harbor\nfhir:\n  rules:\n    Organization.name: remove\n    Patient.shoeSize: remove\n"
@@ -101,3 +103,62 @@ def test_bulk_workers_read_the_rules_and_the_summary_names_them(tmp_path, test_k
     assert json.loads((tmp_path / "out" / "deid-summary.json").read_text())["siteRules"] == sha
     written = json.loads((tmp_path / "out" / "Patient.000.ndjson").read_text())
     assert {"system": SITE_RULES_TAG_SYSTEM, "code": sha} in written["meta"]["tag"]
+
+
+UCUM = "http://unitsofmeasure.org"
+SITE_BUNDLE = {"resourceType": "Bundle", "type": "collection", "entry": [
+    {"resource": {"resourceType": "Patient", "id": "p-9", "name": [{"family": "Zyxwortel", "given": ["Quillan"]}],
+                  "birthDate": "1971-04-05", "telecom": [{"system": "phone", "value": "555-310-4471", "use": "home"}]}},
+    {"resource": {"resourceType": "Practitioner", "id": "pr-9", "name": [{"family": "Osler"}],
+                  "telecom": [{"system": "phone", "value": "555-201-7788", "use": "work"},
+                              {"system": "phone", "value": "555-201-9911", "use": "home"}]}},
+    {"resource": {"resourceType": "Organization", "id": "o-9", "name": "Saint Quillan Infirmary"}},
+    {"resource": {"resourceType": "Condition", "id": "c-9", "subject": {"reference": "Patient/p-9"},
+                  "recordedDate": "2020-06-01", "onsetAge": {"value": 47, "unit": "a", "system": UCUM, "code": "a"}}},
+    {"resource": {"resourceType": "Condition", "id": "c-10", "subject": {"reference": "Patient/p-9"},
+                  "onsetAge": {"value": 93, "unit": "a", "system": UCUM, "code": "a"}}},
+    {"resource": {"resourceType": "ExplanationOfBenefit", "id": "e-9", "status": "active", "use": "claim",
+                  "type": {"coding": [{"code": "institutional"}]}, "patient": {"reference": "Patient/p-9"},
+                  "created": "2020-06-02", "insurer": {"display": "Saint Quillan Infirmary"},
+                  "provider": {"reference": "Practitioner/pr-9"}, "outcome": "complete",
+                  "insurance": [{"focal": True, "coverage": {"display": "Cigna Health"}}]}}]}
+
+
+def test_the_example_rules_file_end_to_end(tmp_path, test_key_file):
+    # issue #22: work phones of Practitioners kept, Organization names removed, dates by a fixed offset, ages
+    # under 90 perturbed; on a made bundle and a Synthea bundle: exit 0, no name or full date of the patient left
+    src, out = tmp_path / "in", tmp_path / "out"
+    src.mkdir()
+    (src / "site.json").write_text(json.dumps(SITE_BUNDLE))
+    synthea = sorted((SHARED / "fhir" / "synthea-bundles").glob("Clemente_*.json"))
+    for path in synthea:
+        shutil.copy(path, src / path.name)
+    result = cli("fhir", str(src), str(out), "--rules", str(EXAMPLE), "--key-file", str(test_key_file), "--stack",
+                 "patterns", "--today", "2026-01-15")
+    assert result.exit_code == 0, result.output
+    made = {e["resource"]["resourceType"] + e["resource"].get("onsetAge", {}).get("comparator", ""): e["resource"]
+            for e in json.loads((out / "site.json").read_text())["entry"]}
+    text = (out / "site.json").read_text()
+    assert "Zyxwortel" not in text and "Quillan" not in text and "1971-04-05" not in text and "555-310-4471" not in text
+    assert made["Practitioner"]["telecom"] == [{"system": "phone", "value": "555-201-7788", "use": "work"}]
+    assert "name" not in made["Organization"] and "Infirmary" not in text
+    assert made["ExplanationOfBenefit"]["insurer"] == {"extension": [  # required: kept, marked absent
+        {"url": "http://hl7.org/fhir/StructureDefinition/data-absent-reason", "valueCode": "masked"}]}
+    offset = timedelta(days=-137)
+    assert made["Condition"]["recordedDate"] == (date(2020, 6, 1) + offset).isoformat()
+    assert made["ExplanationOfBenefit"]["created"] == (date(2020, 6, 2) + offset).isoformat()
+    assert made["Patient"]["birthDate"] == (date(1971, 4, 5) + offset).isoformat()
+    age = made["Condition"]["onsetAge"]["value"]
+    assert 45 <= age <= 49 and age == int(age)  # perturbed, whole years
+    assert made["Condition>="]["onsetAge"]["value"] == 90  # 90 or more: the one category, as packaged
+    for path in synthea:  # the Synthea bundle: its people's names, full dates and organization names are gone
+        source = json.loads(path.read_text())
+        written = (out / path.name).read_text()
+        for entry in source["entry"]:
+            r = entry["resource"]
+            if r["resourceType"] in ("Patient", "Practitioner"):
+                assert all(part not in written for n in r.get("name", []) for part in [n.get("family", "")] if part)
+            if r["resourceType"] == "Patient":
+                assert r["birthDate"] not in written
+            if r["resourceType"] == "Organization":
+                assert r["name"] not in written

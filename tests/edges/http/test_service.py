@@ -10,6 +10,7 @@ from fhir.resources.R4B import get_fhir_model_class
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from adapter.http.auth import add_client
+from fhir_transforms.hl7v2 import message as er7
 from tests.conftest import SHARED, run_cli
 from tests.support import FHIR, assert_outcome, post, serve
 
@@ -74,6 +75,28 @@ def test_hl7v2_bytes_are_read_by_msh18_never_with_replaced_characters(server, ms
     assert "ller" not in resp.text and "\ufffd" not in resp.text
     if status == 400:
         assert resp.json()["resourceType"] == "OperationOutcome"
+
+
+UNITS_ORU = ("MSH|^~\\&|LAB|NORTH|EHR|SOUTH|20240101120000||ORU^R01|U1-{n}|P|2.5.1||||||{msh18}\r"
+             "PID|1||12345^^^H^MR||Müller^Jürgen||19600101|M\r"
+             "OBX|1|NM|14682-9^Creatinine^LN||88|µmol/L|||||F\r")
+
+
+@pytest.mark.parametrize("msh18, sent, written, charset", [
+    ("8859/1", "latin-1", "latin-1", "iso-8859-1"),
+    ("8859/1", "utf-8", "latin-1", "iso-8859-1"),  # UTF-8 bytes under an 8859/1 label go out in 8859/1
+    ("ASCII", "utf-8", "utf-8", "utf-8"),          # µ does not fit ASCII: MSH-18 becomes UNICODE UTF-8
+])
+def test_hl7v2_answer_bytes_agree_with_its_msh18_and_content_type(server, msh18, sent, written, charset):
+    """The HTTP answer is written as the `hl7` command and the MLLP listener write: in the charset its own MSH-18
+    names, which the Content-Type names too, so a receiver that follows either reads "µmol/L", never "Âµmol/L"."""
+    message = UNITS_ORU.format(n=sent, msh18=msh18).encode(sent)
+    resp = post(server, message, headers={"Content-Type": "x-application/hl7-v2+er7"}, path="/hl7v2/$de-identify")
+    assert resp.status_code == 200, resp.text[:300]
+    assert resp.headers["content-type"].lower() == f"x-application/hl7-v2+er7; charset={charset}"
+    text = resp.content.decode(written)
+    assert er7.CHARSETS[text.split("\r")[0].split("|")[17]] == written
+    assert "|µmol/L|" in text and "Â" not in text and "ller" not in text
 
 
 def test_metadata_is_a_valid_capability_statement_naming_the_operation(server):

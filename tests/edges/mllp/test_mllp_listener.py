@@ -665,3 +665,30 @@ def test_output_bytes_agree_with_the_output_msh18(tmp_path, test_key):
         assert parse_header(body.decode("latin-1")).field(18) == "8859/1"
         text = body.decode("latin-1")
         assert "Übelkeit und Schwindel" in text and "MÜLLER" not in text
+
+
+@pytest.mark.parametrize("msh18, sent, written, label, marker, code", [
+    ("8859/1", "utf-8", "latin-1", "8859/1", "", "AA"),       # read as UTF-8, answered in 8859/1 as it declares
+    ("8859/1", "latin-1", "latin-1", "8859/1", "BADINPUT", "AE"),
+    ("ASCII", "utf-8", "utf-8", "UNICODE UTF-8", "", "AE"),   # Ü does not fit ASCII: the ACK says UTF-8 (and
+    ("EBCDIC", "utf-8", "utf-8", "UNICODE UTF-8", "", "AR"),  # the output cannot be written as ASCII: AE)
+])
+def test_acks_and_naks_agree_with_their_own_msh18(tmp_path, msh18, sent, written, label, marker, code):
+    """An ACK copies MSH-3..6 (swapped) and MSH-18 from the message it answers; its bytes are in the charset its own
+    MSH-18 names, not in the codec the message was read with. An unknown MSH-18 (AR) is not copied: the NAK
+    names the UTF-8 it is written in."""
+    message = adt("Z-1", charset=msh18, extra=marker).replace("|NORTH|", "|ZÜRICH|", 1)
+
+    async def scenario():
+        receiver = await IdempotentReceiver().start()
+        async with running_service(tmp_path / "q.sqlite", mllp.MllpTarget(HOST, receiver.port)) as port:
+            s = MllpSender(port)
+            answer = await s.exchange(frame(message.encode(sent)))
+            await s.close()
+        await receiver.stop()
+        return answer
+
+    ack = run(scenario()).decode(written)
+    header = parse_header(ack)
+    assert read_ack(ack.encode(written))[0] == code
+    assert header.field(6) == "ZÜRICH" and header.field(18) == label

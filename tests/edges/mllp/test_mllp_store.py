@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from concurrent.futures import ThreadPoolExecutor
 
 from adapter.mllp.store import QUEUED, RESEND, REUSED, AsyncStore, GroupCommit, Incoming, Store
 
@@ -128,3 +129,37 @@ def test_a_store_made_before_digests_gets_the_column_and_its_old_ids_stay_resend
     old.close()
     store = Store(path)
     assert store.enqueue_many([item(1, digest="any"), item(2)]) == [RESEND, QUEUED]
+
+
+def test_delivery_marks_given_with_a_fetch_are_committed_before_it_reads(tmp_path):
+    """The forwarder hands its delivered ids to its next fetch (one call to the queue's thread): they are gone
+    from that fetch and from the queue after a reopen."""
+    path = tmp_path / "q.sqlite"
+    store = Store(path)
+    store.enqueue_many([item(1), item(2), item(3)])
+    first, second, _ = store.pending()
+    assert [q.control_id for q in store.pending(second.id, delivered=[first.id, second.id])] == ["C3"]
+    store.close()
+    assert [q.control_id for q in Store(path).pending()] == ["C3"]
+
+
+def test_a_group_commit_whose_write_hands_on_answers_when_the_last_step_is_done(tmp_path):
+    """A write may return a concurrent future (its last step runs on another thread): callers get its results,
+    or its exception, only when that step is done."""
+    async def scenario(fail: bool):
+        first, second = ThreadPoolExecutor(1), ThreadPoolExecutor(1)
+
+        def last_step(items):
+            if fail:
+                raise OSError("disk full")
+            return [f"done {i}" for i in items]
+
+        commits = GroupCommit(lambda items: second.submit(last_step, items), first)
+        try:
+            return await asyncio.gather(commits.submit(1), commits.submit(2), return_exceptions=True)
+        finally:
+            first.shutdown()
+            second.shutdown()
+
+    assert asyncio.run(scenario(False)) == ["done 1", "done 2"]
+    assert all(isinstance(r, OSError) for r in asyncio.run(scenario(True)))
