@@ -61,6 +61,8 @@ def test_rules_explain_names_the_rule_its_file_and_its_condition():
 def test_a_bad_rules_file_stops_a_run_with_its_line_and_writes_nothing(command, bad_rules, tmp_path, test_key_file):
     src = tmp_path / "in"
     src.mkdir()
+    (src / "Patient.ndjson").write_text(json.dumps(PATIENT) + "\n")  # input to read: the rules stop the run first
+    (src / "a.hl7").write_text("MSH|^~\\&|A|B|C|D|20260101||ADT^A01|1|P|2.5\rPID|1||123||Zyxwortel^Ann\r")
     result = cli(command, str(src), str(tmp_path / "out"), "--rules", str(bad_rules), "--key-file", str(test_key_file))
     assert result.exit_code == 2 and f"{bad_rules}:5: " in result.output and "Traceback" not in result.output
     assert not (tmp_path / "out").exists()
