@@ -4,7 +4,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
+from typing import Callable
 
+import fhirpathpy
 import yaml
 
 from fhir_transforms.fpe import FpeFormat
@@ -22,6 +24,27 @@ class ProfileError(ValueError):
 class Rule:
     method: str
     options: dict = field(default_factory=dict)
+    where: str | None = None  # a FHIRPath condition on the element (on a primitive's parent): the rule applies where true
+    test: Callable | None = field(default=None, compare=False, repr=False)  # `where`, compiled once per load
+    otherwise: "Rule | None" = field(default=None, compare=False)  # where false: the next applicable rule (None: none)
+    beneath: "Rule | None" = field(default=None, compare=False)  # the packaged rule of the same key a site rule overrides
+    trusted: bool = field(default=False, compare=False)  # a site's `keep`: the leak guard does not read what it keeps
+
+    def applies(self, node) -> "Rule | None":
+        """The rule that applies to a value whose element (or parent, for a primitive) is `node`: this one, or
+        where its condition is false the next applicable one."""
+        rule = self
+        while rule is not None and rule.test is not None and not _true(rule.test, node):
+            rule = rule.otherwise
+        return rule
+
+
+def _true(test: Callable, node) -> bool:
+    """FHIRPath's answer as a condition: true only for a single `true` (an empty answer is false)."""
+    try:
+        return test(node) == [True]
+    except Exception:  # fhirpathpy raises its own kinds on a value of an unexpected shape: the condition fails
+        return False
 
 
 @dataclass(frozen=True)
@@ -55,6 +78,7 @@ class Profile:
     extension_allow: frozenset[str]
     modifier_extension_allow: frozenset[str]
     kept_by_design: frozenset[str] = frozenset()  # Owner.element values the leak guard trusts where the rules kept them
+    rules_sha256: str = ""  # a site rules file's hash (fhir_transforms/site_rules.py); "" for a packaged profile
     marking: bool = False  # record on each element a rule changed what was done (a rule's `marking` overrides)
     remove_entries: tuple[EntryRule, ...] = ()  # Bundle entries removed whole, with the references to them
     plans: dict = field(default_factory=dict, repr=False)  # the walker's per-path plans (fhir_transforms/r4/walker.py)
@@ -82,13 +106,38 @@ class Profile:
         """The most specific rule for an element: full path, then owner.element, then type (the walker
         caches the answer per path in its plans)."""
         rules = self.rules
-        return (
+        found = (
             rules.get(path)
             or rules.get(f"{owner}.{element}")
             or (rules.get(f"Resource.{element}") if owner_is_resource else None)
             or (rules.get(f"Element.{element}") if not owner_is_resource else None)
             or rules.get(element_type)
         )
+        if found is None or found.test is None:
+            return found
+        chain = self.candidates(path, owner, owner_is_resource, element, element_type)
+        return _chained([rule for _, rule in chain])
+
+    def candidates(self, path: str, owner: str, owner_is_resource: bool, element: str,
+                   element_type: str) -> list[tuple[str, Rule]]:
+        """Every rule that may apply to an element, most specific first, with its key (`rules explain`)."""
+        keys = (path, f"{owner}.{element}", f"Resource.{element}" if owner_is_resource else f"Element.{element}",
+                element_type)
+        found = []
+        for key in dict.fromkeys(keys):
+            rule = self.rules.get(key)
+            while rule is not None:  # a conditional site rule, then the packaged rule of that key it overrides
+                found.append((key, rule))
+                rule = rule.beneath if rule.test is not None else None
+        return found
+
+
+def _chained(rules: list[Rule]) -> Rule | None:
+    """The first rule, each conditional one falling through to the next (up to the first without a condition)."""
+    if not rules:
+        return None
+    first = rules[0]
+    return first if first.test is None else replace(first, otherwise=_chained(rules[1:]))
 
 
 def _rule(spec, where: str) -> Rule:
@@ -97,9 +146,17 @@ def _rule(spec, where: str) -> Rule:
     method = spec.get("method")
     if method not in METHODS:
         raise ProfileError(f"{where}: unknown method {method!r} (known: {', '.join(sorted(METHODS))})")
-    options = {k: v for k, v in spec.items() if k != "method"}
+    options = {k: v for k, v in spec.items() if k not in ("method", "where")}
     check_options(method, options, where)
-    return Rule(method, options)
+    condition = spec.get("where")
+    if condition is None:
+        return Rule(method, options)
+    try:
+        test = fhirpathpy.compile(condition)
+        test({})  # fhirpathpy compiles lazily: a first evaluation finds what it cannot parse or does not implement
+    except Exception as e:  # the FHIRPath parser raises its own kinds
+        raise ProfileError(f"{where}: where: not a FHIRPath expression ({str(e)[:120]})") from None
+    return Rule(method, options, condition, test)
 
 
 JSON_TYPES = {"string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,), "array": (list,),
@@ -194,27 +251,34 @@ def read_profile_file(folder: Path, name: str, sections: tuple[str, ...] = ("rul
 @lru_cache(maxsize=None)
 def load_profile(name: str) -> Profile:
     """Read and check a profile by name; every rule's method must be known."""
-    doc = read_profile_file(MAPPINGS, name)
-    rules = {path: _rule(spec, f"{name}: {path}") for path, spec in doc.get("rules", {}).items()}
+    return profile_from_doc(read_profile_file(MAPPINGS, name), lambda keys, label: f"{name}: {label}")
+
+
+def profile_from_doc(doc: dict, where: Callable[[tuple, str], str], rules_sha256: str = "") -> Profile:
+    """A profile from its merged YAML; `where(keys, label)` names a rule or setting in error messages (`keys`: its
+    keys in the YAML, `label`: how the message spells it)."""
+    rules = {path: _rule(spec, where(("rules", path), path)) for path, spec in doc.get("rules", {}).items()}
     for path, rule in rules.items():
-        _check_by_target(rule, rules, f"{name}: {path}")
+        _check_by_target(rule, rules, where(("rules", path), path))
     ids = doc.get("identifiers", {})
     return Profile(
         name=doc["profile"],
         version=str(doc["version"]),
         rules=rules,
-        default_primitive=_rule(doc.get("default_primitive", "keep"), f"{name}: default_primitive"),
+        default_primitive=_rule(doc.get("default_primitive", "keep"), where(("default_primitive",), "default_primitive")),
         identifier_remove_types=frozenset(ids.get("remove_types", [])),
         identifier_remove_systems=frozenset(ids.get("remove_systems", [])),
         extension_allow=frozenset(doc.get("extensions", {}).get("allow", [])),
         modifier_extension_allow=frozenset(doc.get("modifier_extensions", {}).get("allow", [])),
         kept_by_design=frozenset(doc.get("leak_guard", {}).get("kept_by_design", [])),
-        marking=_flag(doc.get("marking", False), f"{name}: marking"),
-        remove_entries=tuple(_entry_rule(spec, f"{name}: entries.remove[{i}]")
+        rules_sha256=rules_sha256,
+        marking=_flag(doc.get("marking", False), where(("marking",), "marking")),
+        remove_entries=tuple(_entry_rule(spec, where(("entries", "remove", str(i)), f"entries.remove[{i}]"))
                              for i, spec in enumerate((doc.get("entries") or {}).get("remove", []))),
-        version_rules={version: {path: None if spec is None else _rule(spec, f"{name}: fhir_versions.{version}: {path}")
+        version_rules={version: {path: None if spec is None else _rule(spec, where(
+                                     ("fhir_versions", version, "rules", path), f"fhir_versions.{version}: {path}"))
                                  for path, spec in (section or {}).get("rules", {}).items()}
-                       for version, section in doc.get("fhir_versions", {}).items()},
+                       for version, section in (doc.get("fhir_versions") or {}).items()},
     )
 
 

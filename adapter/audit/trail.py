@@ -197,11 +197,13 @@ def engine_versions(engine) -> dict:
         detectors[d.name] = {k: str(v) for k in ("version", "model", "prompt_version")
                              if isinstance(v := getattr(d, k, None), (str, int, float)) and v != ""} or {"version": _VERSION[0]}
     profile = getattr(engine, "profile", None)
+    site = getattr(profile, "rules_sha256", "")  # a site rules file: its hash marks every record made with it
+    versions = {"deid-adapter": _VERSION[0], "detectors": detectors, **({"site_rules_sha256": site} if site else {})}
     return {
         "profile": getattr(profile, "name", ""),
-        "rules_version": str(getattr(profile, "version", "")),
+        "rules_version": str(getattr(profile, "version", "")) + (f"+site.{site[:16]}" if site else ""),
         "stack": getattr(stack, "name", ""),
-        "versions": {"deid-adapter": _VERSION[0], "detectors": detectors},
+        "versions": versions,
         "key_id": getattr(getattr(engine, "pseudo", None), "key_id", ""),
     }
 

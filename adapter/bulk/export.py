@@ -16,12 +16,12 @@ from fhir_transforms import dates
 from fhir_transforms.errors import InputError
 from fhir_transforms.keys import key_id_for
 from fhir_transforms.r4 import versions
-from fhir_transforms.rules import load_profile
 from text_deid.stack import LlmSettings
 from adapter import engines
 
 
-def deidentify_export(root: Path, out: Path, secret: bytes, *, profile: str = "safe-harbor", stack: str | None = None,
+def deidentify_export(root: Path, out: Path, secret: bytes, *, profile: str | None = None, rules: Path | None = None,
+                      stack: str | None = None,
                       validate: str = "full", today: str | None = None, engine: str = "local", workers: int = 1,
                       master: str | None = None, chunk_bytes: int = DEFAULT_CHUNK_BYTES, fail_fast: bool = False,
                       tty: bool | None = None, llm: LlmSettings | None = None, trail=None, actor: str = "bulk",
@@ -29,7 +29,8 @@ def deidentify_export(root: Path, out: Path, secret: bytes, *, profile: str = "s
                       log: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True)) -> Outcome:
     """The whole bulk run: discover, pass 1 (chunks and patient index), pass 2 on `engine`, finish.
 
-    Raises InputError for an input that is not a bulk export; StackUnavailable / ProfileError as the CLI does.
+    Raises InputError for an input that is not a bulk export; StackUnavailable / SettingsError (a bad profile or
+    rules file) as the CLI does.
     """
     root, out = Path(root), Path(out)
     if out.resolve() == root.resolve() or out.resolve().is_relative_to(root.resolve()):
@@ -37,14 +38,17 @@ def deidentify_export(root: Path, out: Path, secret: bytes, *, profile: str = "s
     files, skipped, manifest_name, manifest_fields = discover(root)
     if not files:
         raise InputError(f"{root}: no .ndjson file with FHIR resources")
-    load_profile(profile)
+    chosen = engines.profiles(profile, rules)  # SettingsError: a bad profile or rules file, before any work
+    profile = chosen.name
     versions.check(fhir_version)
     text_stack = engines.text_stack(stack, llm)  # once in the driver: pass 1 and an in-process pass 2 share it
-    journal = Journal(out / WORK_DIR, run_identity(root, files, key_id_for(secret), profile, text_stack.name, validate,
+    identity = f"{profile}+{chosen.site.sha256}" if chosen.site else profile  # resumed only with the same rules
+    journal = Journal(out / WORK_DIR, run_identity(root, files, key_id_for(secret), identity, text_stack.name, validate,
                                                    chunk_bytes, fhir_version))
     day = journal.open(today, lambda: dates.today().isoformat())
     settings = Settings(secret, profile, text_stack.name, day, validate, str(journal.work / "patients.sqlite"),
-                        secrets.token_bytes(32), llm, actor, fhir_version)
+                        secrets.token_bytes(32), llm, actor, str(Path(rules).resolve()) if rules else None,
+                        fhir_version)
     started = time.monotonic()
     if engine == "spark":
         context = spark_engine(root, settings, workers, master)  # Spark starts now, while pass 1 runs

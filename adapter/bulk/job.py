@@ -41,10 +41,10 @@ from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.r4 import versions
 from fhir_transforms.r4.record import Deidentifier
 from fhir_transforms.r4.walker import age_limit
-from fhir_transforms.rules import load_profile
+from fhir_transforms.rules import Profile
 from text_deid.spans import KnownIdentifier
 from text_deid.stack import LlmSettings, TextStack
-from adapter.engines import text_stack
+from adapter.engines import profiles, text_stack
 
 WORK_DIR = ".deid-bulk"  # inside OUT while a run is unfinished; removed when it completes
 SUMMARY_NAME = "deid-summary.json"
@@ -71,13 +71,18 @@ class Settings:
     index_key: bytes = field(repr=False)
     llm: LlmSettings | None = None  # the Ollama endpoint of the LLM stacks
     actor: str = "bulk"  # who the audit records name
+    rules: str | None = None  # a site rules file over `profile` (each worker reads and checks it again)
+
+    def profile_rules(self) -> Profile:
+        """The FHIR profile these settings name: packaged, or the site rules file over it."""
+        return profiles(self.profile, Path(self.rules) if self.rules else None).fhir
     fhir_version: str = versions.DEFAULT  # r4, r5 or auto (fhir_transforms/r4/versions.py)
 
     def engine(self, stack: TextStack | None = None) -> Deidentifier:
         """The engine these settings describe; `stack`: one already built from them (building one is costly)."""
         day = date.fromisoformat(self.today)
         key = Key(key_id_for(self.secret), self.secret)
-        return Deidentifier(load_profile(self.profile), Pseudonymizer(key), stack or text_stack(self.stack, self.llm),
+        return Deidentifier(self.profile_rules(), Pseudonymizer(key), stack or text_stack(self.stack, self.llm),
                             lambda: day, self.validate == "full", fhir_version=self.fhir_version)
 
 
@@ -606,8 +611,9 @@ def finish(out: Path, export: Export, journal: Journal, settings: Settings) -> d
             written[t] = written.get(t, 0) + n
         main_type = max(sorted(types), key=lambda t: types[t]) if types else rel.split(".", 1)[0]
         outputs.append({"type": main_type, "url": rel, "count": sum(types.values())})
-    profile = load_profile(settings.profile)
-    tags = {"keyId": key_id_for(settings.secret), "profile": f"{profile.name}@{profile.version}", "stack": settings.stack}
+    profile = settings.profile_rules()
+    tags = {"keyId": key_id_for(settings.secret), "profile": f"{profile.name}@{profile.version}", "stack": settings.stack,
+            **({"siteRules": profile.rules_sha256} if profile.rules_sha256 else {})}
     manifest = {**export.manifest_fields, "requiresAccessToken": False,
                 "output": [o for o in outputs if o["type"] != "OperationOutcome"],
                 "error": [o for o in outputs if o["type"] == "OperationOutcome"],

@@ -11,6 +11,7 @@ import typer
 from adapter.audit.trail import AuditError
 from adapter.audit.trail import default_actor as audit_default_actor
 from adapter.bulk.export import deidentify_export
+from adapter.engines import profiles
 from adapter.bulk.spark import SparkUnavailable, check_spark
 from adapter.cli import auditing
 from adapter.cli.common import (
@@ -21,10 +22,12 @@ from adapter.cli.common import (
     KeyFile,
     LlmModel,
     LlmUrl,
+    ProfileOpt,
+    RulesOpt,
     fail,
 )
 from fhir_transforms import keys
-from fhir_transforms.errors import InputError
+from fhir_transforms.errors import InputError, SettingsError
 from fhir_transforms.rules import ProfileError
 from text_deid.stack import StackUnavailable
 from adapter import settings
@@ -42,7 +45,8 @@ def bulk(
     workers: int = typer.Option(os.cpu_count() or 1, "--workers", min=1,
                                 help="Worker processes (local), or N of Spark's local[N]."),
     master: Optional[str] = typer.Option(None, "--master", help="Spark master URL (spark engine); default local[WORKERS]."),
-    profile: str = typer.Option("safe-harbor", "--profile", help="safe-harbor (default) or longitudinal."),
+    profile: Optional[str] = ProfileOpt,
+    rules: Optional[Path] = RulesOpt,
     stack: Optional[str] = typer.Option(None, "--stack", help="Text stack: patterns, no-llm, precision-first, "
                                                               "recall-first, balanced."),
     key_file: Optional[Path] = KeyFile,
@@ -71,6 +75,7 @@ def bulk(
         if today:
             date.fromisoformat(today)
         key = keys.load_key(key_file)
+        profiles(profile, rules)  # a bad profile or rules file (its lines named): before any input is read
     except (keys.KeyError_, ValueError) as e:
         fail(str(e))
     if engine is Engine.spark:
@@ -80,11 +85,11 @@ def bulk(
             fail(str(e))
     trail = auditing.open_trail(audit_store, audit_key_file)
     try:
-        outcome = deidentify_export(input, output, key.secret, profile=profile, stack=stack, validate=validate,
+        outcome = deidentify_export(input, output, key.secret, profile=profile, rules=rules, stack=stack, validate=validate,
                                     today=today, engine=engine.value, workers=workers, master=master,
                                     chunk_bytes=chunk_kb * 1024, fail_fast=fail_fast, llm=settings.llm(llm_url, llm_model),
                                     trail=trail, actor=actor or audit_default_actor(), fhir_version=fhir_version.value)
-    except (InputError, ProfileError, StackUnavailable, AuditError) as e:
+    except (InputError, SettingsError, ProfileError, StackUnavailable, AuditError) as e:
         fail(str(e))
     if outcome.stopped:
         raise typer.Exit(EXIT_REFUSED)

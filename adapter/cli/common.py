@@ -21,6 +21,9 @@ KeyFile = typer.Option(None, "--key-file", envvar=keys.KEY_FILE_ENV, help="Key f
                        show_envvar=True)
 StackOpt = typer.Option(None, "--stack", help="Text stack: patterns, no-llm, precision-first, recall-first, balanced.")
 LlmUrl = typer.Option(None, "--llm-url", envvar="DEID_ADAPTER_LLM_URL", help="Ollama endpoint for the LLM stacks.")
+ProfileOpt = typer.Option(None, "--profile", help="safe-harbor (default), longitudinal or longitudinal-fpe.")
+RulesOpt = typer.Option(None, "--rules", help="A site rules file (YAML) over the packaged profile it extends "
+                                              "(docs/rules.md); `deid-adapter rules check FILE` checks one.")
 LlmModel = typer.Option(None, "--llm-model", envvar="DEID_ADAPTER_LLM_MODEL", help="Ollama model for the LLM stacks.")
 
 

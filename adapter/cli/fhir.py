@@ -19,6 +19,8 @@ from adapter.cli.common import (
     KeyFile,
     LlmModel,
     LlmUrl,
+    ProfileOpt,
+    RulesOpt,
     StackOpt,
     Validation,
     fail,
@@ -31,7 +33,8 @@ from adapter import settings
 def fhir(
     input: Path = typer.Argument(..., help="A Bundle or resource .json, an .ndjson file, or a folder of those."),
     output: Path = typer.Argument(..., help="Where to write; mirrors INPUT."),
-    profile: str = typer.Option("safe-harbor", "--profile", help="safe-harbor (default) or longitudinal."),
+    profile: Optional[str] = ProfileOpt,
+    rules: Optional[Path] = RulesOpt,
     stack: Optional[str] = StackOpt,
     key_file: Optional[Path] = KeyFile,
     validate: Validation = typer.Option(Validation.full, "--validate",
@@ -63,7 +66,7 @@ def fhir(
     if not single and output.exists() and not output.is_dir():
         fail(f"{output}: exists and is not a folder (INPUT is a folder)")
     engine = fhir_engine(key_file, profile, stack, validate is Validation.full, today, settings.llm(llm_url, llm_model),
-                         vault_key_file, fhir_version.value)
+                         vault_key_file, fhir_version.value, rules)
     root = output if output.is_dir() or not single else None  # a folder written into: no link may lead out of it
     account = auditing.open_session(engine, "fhir", audit, audit_key_file, actor, vault, vault_key_file)
     counts = {"written": 0, "bad_input": 0, "refused": 0, "skipped": 0, "resources": 0, "refused_lines": 0}

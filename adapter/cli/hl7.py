@@ -15,14 +15,14 @@ from adapter.cli.common import (
     KeyFile,
     LlmModel,
     LlmUrl,
+    ProfileOpt,
+    RulesOpt,
     fail,
 )
-from adapter.engines import fhir_engine, with_vault_key
+from adapter.engines import fhir_engine, profiles, with_vault_key
 from fhir_transforms.errors import InputError, RecordRefused, SettingsError
 from fhir_transforms.hl7v2.engine import HL7Deidentifier
 from fhir_transforms.hl7v2.message import decode_bytes, encode
-from fhir_transforms.hl7v2.rules import load_hl7_profile
-from fhir_transforms.rules import ProfileError
 from adapter import settings
 
 SUFFIXES = (".hl7", ".txt", ".er7")
@@ -41,7 +41,8 @@ def list_inputs(root: Path) -> list[tuple[Path, Path]]:
 def hl7(
     input: Path = typer.Argument(..., help="An ER7 file (.hl7, .txt, .er7) or a folder of them."),
     output: Path = typer.Argument(..., help="Where to write; mirrors INPUT."),
-    profile: str = typer.Option("safe-harbor", "--profile", help="safe-harbor (default) or longitudinal."),
+    profile: Optional[str] = ProfileOpt,
+    rules: Optional[Path] = RulesOpt,
     stack: Optional[str] = typer.Option(None, "--stack", help="Text stack: patterns, no-llm, precision-first, "
                                                               "recall-first, balanced."),
     key_file: Optional[Path] = KeyFile,
@@ -64,11 +65,11 @@ def hl7(
     if not inputs:
         fail(f"{input}: no .hl7, .txt or .er7 files")
     try:
-        rules = load_hl7_profile(profile)
-    except ProfileError as e:
+        hl7_rules = profiles(profile, rules).hl7
+    except SettingsError as e:
         fail(str(e))
-    base = fhir_engine(key_file, profile, stack, False, today, settings.llm(llm_url, llm_model))
-    engine = HL7Deidentifier(rules, base.pseudo, base.stack, base.clock)
+    base = fhir_engine(key_file, profile, stack, False, today, settings.llm(llm_url, llm_model), rules=rules)
+    engine = HL7Deidentifier(hl7_rules, base.pseudo, base.stack, base.clock)
     try:
         with_vault_key(base.pseudo, engine.profile.methods, vault_key_file)
     except SettingsError as e:

@@ -24,13 +24,14 @@ COMMANDS = {
     "serve": ("adapter.cli.serve", "serve"),
     "bulk": ("adapter.cli.bulk", "bulk"),
     "risk": ("adapter.cli.risk", "risk_command"),
-    "keys": ("adapter.cli.keys", "keys_app"),
+    "keys": ("adapter.cli.audit", "keys_app"),
     "text": ("adapter.cli.text", "text_app"),
     "tokens": ("adapter.cli.serve", "tokens_app"),
     "conformance": ("adapter.cli.serve", "conformance_app"),
     "audit": ("adapter.cli.audit", "audit_app"),
     "vault": ("adapter.cli.audit", "vault_app"),
     "review": ("adapter.cli.review", "review_app"),
+    "rules": ("adapter.cli.rules", "rules_app"),
 }
 
 

@@ -15,12 +15,11 @@ import typer
 
 from adapter.audit import trail as audit
 from adapter.cli import auditing
-from adapter.cli.common import KeyFile, LlmModel, LlmUrl, fail
-from adapter.engines import fhir_engine, with_vault_key
+from adapter.cli.common import KeyFile, LlmModel, LlmUrl, ProfileOpt, RulesOpt, fail
+from adapter.engines import fhir_engine, profiles, with_vault_key
+from fhir_transforms.errors import SettingsError
 from adapter.mllp import listener as edge
 from fhir_transforms.hl7v2.engine import HL7Deidentifier
-from fhir_transforms.hl7v2.rules import load_hl7_profile
-from fhir_transforms.rules import ProfileError
 from text_deid.stack import SETTINGS_OF, STACKS
 from adapter import settings
 
@@ -51,14 +50,15 @@ class Pools:
             self.spawner.close()
 
 
-def _hl7_engine(key_file, profile: str, stack: Optional[str], llm=None) -> Callable[[str], str]:
-    """The HL7v2 engine the `hl7` command uses, with the same key, profile, stack and LLM options."""
-    base = fhir_engine(key_file, profile, stack, False, None, llm)
+def _hl7_engine(key_file, profile: Optional[str], stack: Optional[str], llm=None,
+                rules: Optional[Path] = None) -> Callable[[str], str]:
+    """The HL7v2 engine the `hl7` command uses, with the same key, profile (or site rules), stack and LLM options."""
+    base = fhir_engine(key_file, profile, stack, False, None, llm, rules=rules)  # a bad rules file: exit 2 before listening
     try:
-        engine = HL7Deidentifier(load_hl7_profile(profile), base.pseudo, base.stack, base.clock)
+        engine = HL7Deidentifier(profiles(profile, rules).hl7, base.pseudo, base.stack, base.clock)
         with_vault_key(base.pseudo, engine.profile.methods)
         return engine.deidentify
-    except ProfileError as e:
+    except SettingsError as e:
         fail(str(e))
 
 
@@ -66,7 +66,8 @@ def mllp(
     listen: str = typer.Option(..., "--listen", help="HOST:PORT to accept MLLP connections on."),
     forward: str = typer.Option(..., "--forward", help="Downstream HOST:PORT (MLLP), or a folder (one file a message)."),
     store: Path = typer.Option(Path("mllp-queue.sqlite"), "--store", help="SQLite store-and-forward queue."),
-    profile: str = typer.Option("safe-harbor", "--profile", help="safe-harbor (default) or longitudinal."),
+    profile: Optional[str] = ProfileOpt,
+    rules: Optional[Path] = RulesOpt,
     stack: Optional[str] = typer.Option(None, "--stack", help="Text stack: patterns, no-llm, precision-first, ..."),
     key_file: Optional[Path] = KeyFile,
     llm_url: Optional[str] = LlmUrl,
@@ -113,7 +114,7 @@ def mllp(
     except ValueError as e:
         fail(f"--allow: {e}")
     target = edge.make_target(forward, ack_timeout)
-    engine = _hl7_engine(key_file, profile, stack, settings.llm(llm_url, llm_model))
+    engine = _hl7_engine(key_file, profile, stack, settings.llm(llm_url, llm_model), rules)
     trail = auditing.open_trail(audit, audit_key_file)
     audit_hook = _audit_hook(trail, engine.__self__) if trail is not None else None
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,

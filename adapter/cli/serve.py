@@ -9,7 +9,7 @@ from typing import List, Optional
 import typer
 
 from adapter.cli import auditing
-from adapter.cli.common import FhirVersion, LlmModel, LlmUrl, fail
+from adapter.cli.common import FhirVersion, LlmModel, LlmUrl, ProfileOpt, RulesOpt, fail
 from adapter.http.auth import (
     OPERATIONS,
     TOKENS_ENV,
@@ -20,9 +20,9 @@ from adapter.http.auth import (
 from adapter.http.service import ServiceConfig, create_app
 from conformance.check import check
 from fhir_transforms import dates, keys
-from fhir_transforms.rules import ProfileError, load_profile
+from fhir_transforms.errors import SettingsError
 from text_deid.stack import StackUnavailable
-from adapter.engines import text_stack
+from adapter.engines import profiles, text_stack
 from adapter import settings
 
 tokens_app = typer.Typer(help="Manage the HTTP service's client tokens.", no_args_is_help=True)
@@ -34,7 +34,8 @@ def serve(
     port: int = typer.Option(8080, "--port"),
     tokens: Path = typer.Option(..., "--tokens", envvar=TOKENS_ENV, help="File of hashed client tokens."),
     key_file: Optional[Path] = typer.Option(None, "--key-file", envvar=keys.KEY_FILE_ENV),
-    profile: str = typer.Option("safe-harbor", "--profile"),
+    profile: Optional[str] = ProfileOpt,
+    rules: Optional[Path] = RulesOpt,
     stack: Optional[str] = typer.Option(None, "--stack"),
     workers: int = typer.Option(2, "--workers", help="Threads doing de-identification (bounded pool)."),
     max_body_mb: float = typer.Option(20.0, "--max-body-mb"),
@@ -57,14 +58,15 @@ def serve(
     try:
         key = keys.load_key(key_file)
         store = TokenStore.load(tokens)
-        load_profile(profile)
+        chosen = profiles(profile, rules)  # a bad rules file: exit 2 with its line, before listening
         text_stack(stack, llm)
-    except (keys.KeyError_, TokenFileError, ProfileError, StackUnavailable) as e:
+    except (keys.KeyError_, TokenFileError, SettingsError, StackUnavailable) as e:
         fail(str(e))
     clock = (lambda d=date.fromisoformat(today): d) if today else dates.today
     trail = auditing.open_trail(audit, audit_key_file)
-    config = ServiceConfig(key, store, profile, stack, int(max_body_mb * 1024 * 1024), timeout_s, workers, clock, trail,
-                           llm=llm, fhir_version=fhir_version.value)
+    config = ServiceConfig(key, store, chosen.name, stack, int(max_body_mb * 1024 * 1024), timeout_s, workers, clock,
+                           trail, llm=llm, site=chosen if chosen.site is not None else None,
+                           fhir_version=fhir_version.value)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     uvicorn.run(create_app(config), host=host, port=port, access_log=False, log_level="warning",
                 ssl_certfile=str(ssl_certfile) if ssl_certfile else None,

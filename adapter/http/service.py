@@ -39,7 +39,8 @@ import conformance
 from adapter.audit.trail import AuditError
 from fhir_transforms.hl7v2 import message as er7
 from fhir_transforms.hl7v2.engine import HL7Deidentifier
-from adapter.engines import text_stack
+from fhir_transforms.hl7v2.rules import load_hl7_profile
+from adapter.engines import Profiles, text_stack
 
 FHIR_JSON = "application/fhir+json"
 JSON_TYPES = (FHIR_JSON, "application/json")
@@ -68,6 +69,7 @@ class ServiceConfig:
     audit: object | None = None  # adapter.audit.trail.AuditTrail; None records nothing (--audit off)
     engines: dict = field(default_factory=dict)  # by (profile, stack) as loaded, never as a request spelled them
     llm: LlmSettings | None = None  # the Ollama endpoint of the LLM stacks (None: the environment)
+    site: Profiles | None = None  # --rules: the site rules over `profile`, for every request (no other profile)
     fhir_version: str = versions.DEFAULT  # r4, r5 or auto, unless a request names its version
 
 
@@ -109,10 +111,14 @@ def create_app(config: ServiceConfig) -> FastAPI:
     def engine(profile: str | None, stack: str | None) -> Deidentifier:
         # load_profile and build_stack accept only exact known names, so the cache holds at most one
         # engine per profile x stack, however many spellings requests try
+        if config.site is not None and profile not in (None, config.profile):
+            raise HttpError(400, "invalid", f"this service de-identifies with site rules over {config.profile}: "
+                                            "a request cannot name another profile")
         key = (profile or config.profile, stack or config.stack or DEFAULT_STACK)
         if key not in config.engines:
             try:
-                config.engines[key] = Deidentifier(load_profile(key[0]), Pseudonymizer(config.key),
+                rules = config.site.fhir if config.site is not None else load_profile(key[0])
+                config.engines[key] = Deidentifier(rules, Pseudonymizer(config.key),
                                                    text_stack(key[1], config.llm), config.clock, True)
             except ProfileError as e:
                 raise HttpError(400, "invalid", str(e)) from None
@@ -264,9 +270,9 @@ def create_app(config: ServiceConfig) -> FastAPI:
         deid = config.engines.get("hl7")
         if deid is None:
             try:
-                deid = config.engines["hl7"] = HL7Deidentifier.from_names(config.profile, Pseudonymizer(config.key),
-                                                                          text_stack(config.stack, config.llm),
-                                                                          config.clock)
+                deid = config.engines["hl7"] = HL7Deidentifier(
+                    config.site.hl7 if config.site is not None else load_hl7_profile(config.profile),
+                    Pseudonymizer(config.key), text_stack(config.stack, config.llm), config.clock)
             except StackUnavailable as e:
                 raise HttpError(503, "transient", str(e)) from None
         try:

@@ -92,6 +92,9 @@ class MessageWalk:
                 if not raw or raw == '""':
                     continue
                 rule = self._rule(seg, n)
+                if rule.where is not None:  # a site rule's condition: decided per repetition
+                    self._conditional(rule, seg, n, raw, f"{seg.sid}[{k}]-{n}")
+                    continue
                 kept = self._resolve(rule)  # a datatype (ID, NM...) whose rule is `keep` is kept the same
                 if (isinstance(kept, Rule) and kept.method == "keep"
                         and not (kept.options.get("checked") and DATE_TIME_RE.search(raw))):
@@ -106,6 +109,16 @@ class MessageWalk:
                 for rep in f:
                     self.rep(rule, rep, where, seg)
                 self._fields.append((seg, n, f))
+
+    def _conditional(self, rule: Rule, seg: er7.Segment, n: int, raw: str, where: str) -> None:
+        """Each repetition by the rule where its component holds one of the listed values, else by the next
+        applicable rule (the field's datatype, ...)."""
+        component, values = rule.where
+        f = er7.split_field(raw, self.d)
+        for rep in f:
+            held = self._decoded(rep[component - 1][0]).strip() if len(rep) >= component else ""
+            self.rep(rule if held in values else rule.otherwise, rep, where, seg)
+        self._fields.append((seg, n, f))
 
     def finish(self) -> None:
         """Write every transformed field back into its segment (after the text stack wrote its notes)."""
@@ -205,7 +218,9 @@ class MessageWalk:
         if sid == "MSH":
             while len(msh.parts) <= msh.index(int(n)):
                 msh.parts.append("")
-            msh.set(int(n), er7.escape(f"deid/{self.pseudo.key_id}/{self.profile.name}", self.d))
+            # a site rules file's hash (its first 12 hex digits; the audit holds all of it) joins the profile's name
+            rules = f"+{self.profile.rules_sha256[:12]}" if self.profile.rules_sha256 else ""
+            msh.set(int(n), er7.escape(f"deid/{self.pseudo.key_id}/{self.profile.name}{rules}", self.d))
 
     # --- rules on repetitions, components, leaves
     def _resolve(self, rule: Rule) -> Rule | Datatype:

@@ -7,16 +7,18 @@ the one keyed pseudonym, `dates.year_only`/`dates.shift` through the DTM adapter
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date
 from functools import lru_cache
 from pathlib import Path
+from typing import Callable
 
 
 from fhir_transforms import dates
-from fhir_transforms.hl7v2.standard import field_type
+from fhir_transforms.hl7v2.standard import datatype_names, defined_fields, field_type
 from fhir_transforms.methods import HL7V2, METHODS
 from fhir_transforms.rules import ProfileError, check_options, read_profile_file
+from fhir_transforms.site_rules import RulesFileError, SiteRules, merge
 import mappings
 
 MAPPINGS = Path(mappings.__file__).resolve().parent / "hl7v2"
@@ -99,6 +101,10 @@ class Rule:
     method: str | None = None
     type: str | None = None
     options: dict = field(default_factory=dict, hash=False, compare=False)
+    # a field rule's condition: (component number, the values it may hold); false: `otherwise` applies
+    where: tuple[int, frozenset[str]] | None = field(default=None, hash=False, compare=False)
+    otherwise: "Rule | None" = field(default=None, hash=False, compare=False)
+    beneath: "Rule | None" = field(default=None, hash=False, compare=False)  # the packaged field rule it overrides
 
 
 @dataclass(frozen=True)
@@ -127,6 +133,7 @@ class HL7Profile:
     key_id_field: str
     leak_guard_skip: frozenset[str] = frozenset()
     leak_guard_skip_components: dict[str, frozenset[int]] = field(default_factory=dict)
+    rules_sha256: str = ""  # a site rules file's hash (fhir_transforms/site_rules.py); "" for a packaged profile
     # lookups repeat for every field of every message: each answer is worked out once
     _rules: dict[tuple[str, str, int], Rule] = field(default_factory=dict, repr=False)
     _resolved: dict[Rule, Rule | Datatype] = field(default_factory=dict, repr=False)  # by datatype name
@@ -146,12 +153,13 @@ class HL7Profile:
         found = self._rules.get((version, sid, n))
         if found is None:
             found = self.fields.get(f"{sid}.{n}")
-            if found is None:
+            if found is None or found.where is not None:
                 datatype = field_type(version, sid, n)
                 if datatype is None:
-                    found = self.unknown_segment
+                    by_type = self.unknown_segment
                 else:
-                    found = Rule(type=datatype) if datatype in self.datatypes else self.unlisted_datatype
+                    by_type = Rule(type=datatype) if datatype in self.datatypes else self.unlisted_datatype
+                found = by_type if found is None else replace(found, otherwise=found.beneath or by_type)
             self._rules[(version, sid, n)] = found
         return found
 
@@ -199,11 +207,14 @@ def _rule(spec, where: str, datatypes: set[str]) -> Rule:
     method = spec.get("method")
     if method not in METHODS:
         raise ProfileError(f"{where}: unknown method {method!r} (known: {', '.join(sorted(METHODS))})")
-    options = {k: v for k, v in spec.items() if k != "method"}
+    options = {k: v for k, v in spec.items() if k not in ("method", "where")}
     check_options(method, options, where, HL7V2)
     if method == "pseudonym" and options:
         _check_token_options(options, where)
-    return Rule(method=method, options=options)
+    condition = spec.get("where")
+    if condition is not None:
+        condition = (int(condition["component"]), frozenset(str(v) for v in condition["in"]))
+    return Rule(method=method, options=options, where=condition)
 
 
 def _check_token_options(options: dict, where: str) -> None:
@@ -218,14 +229,57 @@ def _check_token_options(options: dict, where: str) -> None:
         raise ProfileError(f"{where}: pseudonym length must be 16 to 64 hex characters")
 
 
+SECTIONS = ("fields", "datatypes")  # the rule tables a profile or site rules file merges key by key
+
+
 @lru_cache(maxsize=None)
 def load_hl7_profile(name: str) -> HL7Profile:
     """Read and check an HL7v2 profile by name; every method and datatype it names must be known."""
-    doc = read_profile_file(MAPPINGS, name, ("fields", "datatypes"))
+    return hl7_profile_from_doc(read_profile_file(MAPPINGS, name, SECTIONS), lambda *keys: f"{name}: {'.'.join(keys)}")
+
+
+def hl7_site_profile(site: SiteRules) -> HL7Profile:
+    """The packaged HL7v2 profile the site rules file extends, with its `hl7v2` part merged in: every field
+    it rules is one some version of the standard defines, or a Z-segment's; every datatype one it defines."""
+    part = site.section("hl7v2")
+    problems = []
+    for key in part.get("fields") or {}:
+        sid, n = key.split(".")
+        if not sid.startswith("Z") and (sid, int(n)) not in defined_fields():
+            problems.append(f"{site.at('hl7v2', 'fields', key)}: hl7v2.fields.{key}: no version of HL7v2 "
+                            f"(2.1-2.8.2) defines {sid}-{n}, and {sid} is no Z-segment")
+    doc = merge(read_profile_file(MAPPINGS, site.extends, SECTIONS), part, SECTIONS)
+    for key in part.get("datatypes") or {}:
+        if key not in datatype_names() and key not in read_profile_file(MAPPINGS, site.extends, SECTIONS)["datatypes"]:
+            problems.append(f"{site.at('hl7v2', 'datatypes', key)}: hl7v2.datatypes.{key}: no version of HL7v2 "
+                            "has this datatype")
+    if problems:
+        raise RulesFileError("\n".join(problems))
+
+    def where(*keys: str) -> str:
+        if keys[0] in SECTIONS and keys[1] in (part.get(keys[0]) or {}):
+            return f"{site.at('hl7v2', *keys)}: hl7v2.{'.'.join(keys)}"
+        return f"{site.extends}: {'.'.join(keys)}"
+    try:
+        profile = hl7_profile_from_doc(doc, where, site.sha256)
+    except RulesFileError:
+        raise
+    except ProfileError as e:
+        raise RulesFileError(str(e)) from None
+    packaged = load_hl7_profile(site.extends).fields
+    for key in part.get("fields") or {}:  # where its condition is false, the packaged rule of the field comes next
+        rule = profile.fields.get(key)
+        if rule is not None and rule.where is not None and key in packaged:
+            profile.fields[key] = replace(rule, beneath=packaged[key])
+    return profile
+
+
+def hl7_profile_from_doc(doc: dict, where_of: Callable[..., str], rules_sha256: str = "") -> HL7Profile:
+    """An HL7v2 profile from its merged YAML; `where_of(section, key, ...)` names a rule in error messages."""
     names = set(doc.get("datatypes", {}))
     datatypes: dict[str, Rule | Datatype] = {}
     for dt, spec in doc.get("datatypes", {}).items():
-        where = f"{name}: datatypes.{dt}"
+        where = where_of("datatypes", str(dt))
         if isinstance(spec, dict) and "method" not in spec and "type" not in spec:
             comps = {int(k): _rule(v, f"{where}.{k}", names) for k, v in spec.items() if str(k).isdigit()}
             datatypes[dt] = Datatype(dt, comps, _rule(spec.get("default", "remove"), f"{where}.default", names))
@@ -234,17 +288,17 @@ def load_hl7_profile(name: str) -> HL7Profile:
     fields = {}
     for path, spec in doc.get("fields", {}).items():
         if not re.fullmatch(r"[A-Z][A-Z0-9]{2}\.\d+", path):
-            raise ProfileError(f"{name}: field rule {path!r} is not SEG.n")
-        fields[path] = _rule(spec, f"{name}: {path}", names)
+            raise ProfileError(f"{where_of('fields', path)}: field rule {path!r} is not SEG.n")
+        fields[path] = _rule(spec, where_of("fields", path), names)
     ids = doc.get("identifiers", {})
     return HL7Profile(
         name=doc["profile"],
         version=str(doc["version"]),
         fields=fields,
         datatypes=datatypes,
-        unknown_segment=_rule(doc.get("unknown_segment", "text"), f"{name}: unknown_segment", names),
-        unlisted_datatype=_rule(doc.get("unlisted_datatype", "text"), f"{name}: unlisted_datatype", names),
-        observation_values={k: _rule(v, f"{name}: observation_values.{k}", names)
+        unknown_segment=_rule(doc.get("unknown_segment", "text"), where_of("unknown_segment"), names),
+        unlisted_datatype=_rule(doc.get("unlisted_datatype", "text"), where_of("unlisted_datatype"), names),
+        observation_values={k: _rule(v, where_of("observation_values", k), names)
                             for k, v in doc.get("observation_values", {}).items()},
         observation_ages=frozenset(doc.get("observation_ages", [])),
         observation_age_types=frozenset(doc.get("observation_age_types", [])),
@@ -257,6 +311,7 @@ def load_hl7_profile(name: str) -> HL7Profile:
         leak_guard_skip=frozenset(doc.get("leak_guard_skip", [])),
         leak_guard_skip_components={str(k): frozenset(int(i) for i in v)
                                     for k, v in (doc.get("leak_guard_skip_components") or {}).items()},
+        rules_sha256=rules_sha256,
     )
 
 

@@ -59,3 +59,16 @@ def field_type(version: str, sid: str, n: int) -> str | None:
         if found:
             return found
     return None
+
+
+@lru_cache(maxsize=None)
+def defined_fields() -> frozenset[tuple[str, int]]:
+    """Every (segment id, field number) some supported version defines with a datatype (site rules are checked
+    against it)."""
+    return frozenset(k for v in SUPPORTED for k in field_types(v))
+
+
+@lru_cache(maxsize=None)
+def datatype_names() -> frozenset[str]:
+    """Every datatype some supported version gives a field."""
+    return frozenset(t for v in SUPPORTED for t in field_types(v).values())

@@ -248,8 +248,8 @@ def _find_kept(node: dict, type_name, fpath: str, is_resource: bool, path: str, 
                 _find_kept(item, el.type, f"{fpath}.{el.name}", False, item_path, profile, found)
             elif type(item) is str and f"{type_name}.{el.name}" in profile.kept_by_design:
                 rule = profile.lookup(f"{fpath}.{el.name}", type_name, is_resource, el.name, el.type)
-                if (rule or profile.default_primitive).method == "keep":
-                    found.add(item_path)
+                if (rule or profile.default_primitive).method == "keep" and (rule is None or rule.test is None):
+                    found.add(item_path)  # (a conditional keep may not have kept this value)
 
 
 def _unless_kept(strings: list[tuple[str, str]], kept: set[str]) -> list[tuple[str, str]]:

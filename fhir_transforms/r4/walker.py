@@ -8,17 +8,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import date
+from functools import lru_cache
 from types import MappingProxyType
 from typing import Callable, Mapping
 
 from fhir_transforms import dates
 from fhir_transforms.r4 import references
 from fhir_transforms.errors import InputError, UnknownModifier
-from fhir_transforms.r4.methods import METHODS, REMOVE, TextRef
+from fhir_transforms.r4.methods import DATA_ABSENT, METHODS, REMOVE, TextRef
 from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.rules import Profile, Rule
 from fhir_transforms.known import FULL_DATE_RE
-from fhir_transforms.r4.schema import PRIMITIVES, Element, declared_targets, elements, is_resource_type
+from fhir_transforms.r4.schema import PRIMITIVES, Element, declared_targets, elements, is_resource_type, model_class
 from fhir_transforms.r4.shapes import R4_ONLY, datatype_of, primitive_of
 from text_deid.spans import KnownIdentifier
 
@@ -27,6 +28,7 @@ NUMBER_TYPES = frozenset({"integer", "positiveInt", "unsignedInt", "decimal"})
 SECURITY_SYSTEM = "http://terminology.hl7.org/CodeSystem/v3-ObservationValue"
 KEY_TAG_SYSTEM = "http://deid-adapter.org/fhir/CodeSystem/key-id"
 PROFILE_TAG_SYSTEM = "http://deid-adapter.org/fhir/CodeSystem/deid-profile"
+SITE_RULES_TAG_SYSTEM = "http://deid-adapter.org/fhir/CodeSystem/site-rules"  # code: the site rules file's SHA-256
 PATIENT_LINKS = ("subject", "patient", "beneficiary")
 RELATIVE_ELEMENTS = ("born", "age", "deceased")  # FamilyMemberHistory elements that describe the relative
 NO_OPTIONS: Mapping = MappingProxyType({})
@@ -291,12 +293,13 @@ def _walk_by_shape(node: dict, owner: str, fpath: str, is_resource: bool, path: 
             type_name = primitive_of(first)
         el = Element(name, type_name, type(value) is list, False)
         rule = ctx.profile.lookup(sub_fpath, owner, is_resource, name, type_name)
-        kept = type_name in PRIMITIVE_TYPES and (rule or ctx.profile.default_primitive).method == "keep"
+        conditional = rule is not None and (rule.test is not None or rule.trusted)  # per value: the general path
+        kept = type_name in PRIMITIVE_TYPES and (rule or ctx.profile.default_primitive).method == "keep" and not conditional
         walk_into = rule is None and type_name not in PRIMITIVE_TYPES
         shape = _shape(type_name)
         plan[key] = _Step(owner, el, rule, sub_fpath, shape, shape if kept and not el.is_list else (),
                           shape if kept and el.is_list else (), (type_name, sub_fpath, False) if walk_into else None,
-                          rule is not None and not el.is_list)
+                          rule is not None and not el.is_list and not conditional)
     _walk_complex(node, {**known, **plan}, path, ctx, state)
     for key, step in plan.items():  # backbone elements the rules left empty are dropped
         if step.element.type == "BackboneElement" and key in node:
@@ -385,12 +388,13 @@ def _plan(profile: Profile, type_name: str, fpath: str, is_resource: bool) -> di
         for key, el in elements(type_name, profile.fhir_version).items():
             sub_fpath = f"{fpath}.{el.name}"
             rule = profile.lookup(sub_fpath, type_name, is_resource, el.name, el.type)
-            kept = el.type in PRIMITIVE_TYPES and (rule or profile.default_primitive).method == "keep"
+            conditional = rule is not None and (rule.test is not None or rule.trusted)  # per value: the general path
+            kept = el.type in PRIMITIVE_TYPES and (rule or profile.default_primitive).method == "keep" and not conditional
             walk_into = rule is None and el.type not in PRIMITIVE_TYPES and el.type not in ("Resource", "Extension")
             shape = _shape(el.type)
             plan[key] = _Step(type_name, el, rule, sub_fpath, shape, shape if kept and not el.is_list else (),
                               shape if kept and el.is_list else (), (el.type, sub_fpath, False) if walk_into else None,
-                              rule is not None and not el.is_list and el.type != "Extension")
+                              rule is not None and not el.is_list and el.type != "Extension" and not conditional)
         profile.plans[cache_key] = plan
     return plan
 
@@ -410,7 +414,7 @@ def _walk_complex(node: dict, plan: dict[str, _Step], path: str, ctx: RecordCont
             continue
         if step.walk_into and not step.element.is_list and type(value) is dict:  # the commonest complex case
             _walk_complex(value, plans.get(step.walk_into) or _plan(ctx.profile, *step.walk_into), f"{path}.{key}", ctx, state)
-            if not value:
+            if not value and not _absent_if_required(value, step, ctx):
                 del node[key]
         elif step.walk_into and step.element.is_list and type(value) is list:  # codings, identifiers, ...
             _walk_items(node, key, value, step, f"{path}.{key}", ctx, state)
@@ -444,10 +448,36 @@ def _walk_items(node: dict, key: str, items: list, step: _Step, path: str, ctx: 
                 out.append(item)
         else:  # no rule applies: None (a null aligning primitive extensions) comes back, any other value is bad input
             out.append(_transform(node, key, item, step, item_path, out, len(out), ctx, state))
+    if not out and items and type(items[0]) is dict and _absent_if_required(absent := {}, step, ctx):
+        out.append(absent)
     if out:
         node[key] = out
     else:
         del node[key]
+
+
+def _absent_if_required(emptied: dict, step: _Step, ctx: RecordContext) -> bool:
+    """A required element the rules emptied (an ExplanationOfBenefit.insurer that held only the display of a
+    facility name a site removes) stays, marked data-absent (masked), so that the resource is still valid."""
+    if not (step.element.required or _model_requires(step.owner, step.element.name, ctx.profile.fhir_version)):
+        return False
+    mark = {"url": DATA_ABSENT, "valueCode": "masked"}
+    ctx.generated.add(mark, "valueCode")
+    emptied["extension"] = [mark]
+    return True
+
+
+@lru_cache(maxsize=None)
+def _model_requires(owner: str, name: str, version: str) -> bool:
+    """Whether the models require a complex element (the element tables mark required primitives only); asked
+    only of an element the rules emptied."""
+    if version == "r4" and owner in R4_ONLY:
+        return False
+    try:
+        fields = model_class(owner, version).model_fields
+    except (KeyError, ValueError):
+        return False
+    return any((f.alias or n) == name and f.is_required() for n, f in fields.items())
 
 
 def _walk_values(node: dict, key: str, step: _Step, path: str, ctx: RecordContext, state: ResourceState) -> None:
@@ -499,6 +529,8 @@ def _transform(node: dict, key: str, value, step: _Step, path: str, container, s
     if type(value) not in step.shape:
         # only reachable without validation: a wrong JSON shape is bad input, never passed through
         raise InputError(f"{path}: expected {'a value' if el.type in PRIMITIVE_TYPES else 'an object'} of type {el.type}")
+    if rule is not None and rule.test is not None:  # a condition on the element (on a primitive's parent)
+        rule = rule.applies(value if type(value) is dict else node)
     if rule is None:
         if el.type == "Resource":
             walk_resource(value, path, ctx, state if key == "contained" else None)
@@ -521,7 +553,22 @@ def _transform(node: dict, key: str, value, step: _Step, path: str, container, s
         _mark(key, result, el, rule.method, site, ctx)
     if site.pending_extensions:
         _add_extensions(node, "_" + key, site.pending_extensions)
+    if rule is not None and rule.trusted:
+        _trust(result, container, slot, ctx.generated)
     return REMOVE if type(result) is dict and not result else result
+
+
+def _trust(value, container, slot, written: WrittenSlots) -> None:
+    """Every string of a value a site rule keeps, marked as the engine's own: the leak guard does not read it
+    there (the same value anywhere else is still read)."""
+    if type(value) is str:
+        written.add(container, slot)
+    elif type(value) is dict:
+        for k, v in value.items():
+            _trust(v, value, k, written)
+    elif type(value) is list:
+        for i, v in enumerate(value):
+            _trust(v, value, i, written)
 
 
 def _mark(key: str, result, el: Element, method: str, site: Site, ctx: RecordContext) -> None:
@@ -564,7 +611,7 @@ def _add_extensions(node: dict, key: str, extensions: list[dict]) -> None:
 
 
 def _stamp(res: dict, state: ResourceState, ctx: RecordContext) -> None:
-    """meta.security labels for what was changed, and tags naming the key id and profile.
+    """meta.security labels for what was changed, and tags naming the key id, profile and site rules file.
 
     The codes the engine adds are marked generated: a patient named "Masked" or "Harbor" is not a leak there."""
     meta = res.setdefault("meta", {})
@@ -578,8 +625,10 @@ def _stamp(res: dict, state: ResourceState, ctx: RecordContext) -> None:
     if not security:
         del meta["security"]
     tags = meta.setdefault("tag", [])
-    for system, code in ((KEY_TAG_SYSTEM, ctx.pseudo.key_id),
-                         (PROFILE_TAG_SYSTEM, f"{ctx.profile.name}@{ctx.profile.version}")):
+    stamps = [(KEY_TAG_SYSTEM, ctx.pseudo.key_id), (PROFILE_TAG_SYSTEM, f"{ctx.profile.name}@{ctx.profile.version}")]
+    if ctx.profile.rules_sha256:  # made with a site rules file: outputs of other rules never pass as the same release
+        stamps.append((SITE_RULES_TAG_SYSTEM, ctx.profile.rules_sha256))
+    for system, code in stamps:
         tag = {"system": system, "code": code}
         ctx.generated.add(tag, "code")
         tags.append(tag)
