@@ -1,8 +1,10 @@
 """Read FHIR inputs (a Bundle or resource .json, an .ndjson file, a folder of those) and write outputs atomically."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import secrets
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,6 +87,99 @@ def read(path: Path, rel: Path) -> FhirFile:
     if "resourceType" not in doc:
         raise NoResources(f"{path}: not a FHIR resource (no resourceType); skipped")
     return FhirFile(path, rel, False, [doc], [data], [1])
+
+
+@dataclass
+class BundleText:
+    """A .json Bundle read for entry-by-entry work (fhir_transforms/r4/stream.py): its text, its members but
+    `entry`, the keys before `entry`, where each entry starts, and the SHA-256 of its bytes as read (the audit's
+    input hash), so that neither the bytes nor the parsed entries are held."""
+
+    text: str
+    header: dict
+    before: list[str]
+    starts: list[int]
+    digest: object
+
+    def entries(self):
+        return json_input.entries_at(self.text, self.starts)
+
+
+def read_bundle(path: Path) -> BundleText | None:
+    """A .json file holding a Bundle with an entry array, as BundleText; None for anything else (or anything
+    the strict parse refuses): `read` answers for those."""
+    if path.suffix != ".json":
+        return None
+    try:
+        data = path.read_bytes().removeprefix(BOM)
+        digest = hashlib.sha256(data)
+        text = data.decode("utf-8")
+    except (UnicodeDecodeError, OSError):
+        return None
+    del data
+    parts = json_input.split_bundle(text)
+    if parts is None or parts[0].get("resourceType") != "Bundle":
+        return None
+    return BundleText(text, *parts, digest)
+
+
+class EntryWriter:
+    """Writes a Bundle entry by entry, to the same bytes as `serialize` of the whole Bundle: the entries go to a
+    temporary file as they come; `finish` writes the Bundle around them to a temporary file beside the target
+    (hashing what it writes); `publish` renames it into place. Nothing is left behind on `discard`."""
+
+    def __init__(self, target: Path, root: Path | None = None) -> None:
+        if root is not None:
+            check_inside(target, root)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if root is not None:
+            check_inside(target, root)
+        self.target, self.count, self.final = target, 0, None
+        self.entries = tempfile.TemporaryFile(dir=target.parent)
+
+    def add(self, entry) -> None:
+        # an entry sits two levels down in the Bundle: `serialize` indents it by 4 more spaces (JSON strings hold no newline)
+        text = serialize([entry], False)[:-1].replace(b"\n", b"\n    ")
+        self.entries.write((b",\n    " if self.count else b"\n    ") + text)
+        self.count += 1
+
+    def finish(self, header: dict, before: list[str]):
+        """Write the output file (not yet in place); the SHA-256 of its bytes."""
+        token = secrets.token_hex(16)
+        doc = {k: v for k, v in header.items() if k in before}
+        if self.count:
+            doc["entry"] = token
+        doc.update((k, v) for k, v in header.items() if k not in before)
+        head, _, tail = serialize([doc], False).partition(f'"{token}"'.encode())
+        fd, self.final = tempfile.mkstemp(dir=self.target.parent, prefix=f".{self.target.name}.", suffix=".tmp")
+        digest = hashlib.sha256()
+        with os.fdopen(fd, "wb") as out:
+            parts = [head, b"["] if self.count else [head]
+            for part in parts:
+                out.write(part)
+                digest.update(part)
+            if self.count:
+                self.entries.seek(0)
+                while chunk := self.entries.read(1 << 20):
+                    out.write(chunk)
+                    digest.update(chunk)
+                tail = b"\n  ]" + tail
+            out.write(tail)
+            digest.update(tail)
+            out.flush()
+            os.fsync(out.fileno())
+        self.entries.close()
+        return digest
+
+    def publish(self) -> None:
+        os.replace(self.final, self.target)
+        self.final = None
+
+    def discard(self) -> None:
+        self.entries.close()
+        if self.final is not None:
+            os.unlink(self.final)
+            self.final = None
 
 
 def _loads(text: str | bytes, where: str) -> dict:

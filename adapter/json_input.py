@@ -68,13 +68,80 @@ def loads(text: str | bytes) -> object:
     return doc
 
 
-def _within_depth(doc: object) -> bool:
+_WS = re.compile(r"[ \t\n\r]*")
+
+
+def split_bundle(text: str) -> tuple[dict, list[str], list[int]] | None:
+    """A top-level JSON object with an `entry` array, read without holding the entries: (its other members,
+    in order, the keys that come before `entry`, and where each entry starts in `text`). Each entry is parsed
+    once here, strictly (as `loads` would), and dropped. None for anything else, or anything `loads` refuses:
+    the caller parses the whole text and gets its answer."""
+    strict = json.JSONDecoder(object_pairs_hook=_unique_pairs)
+    try:
+        i = _WS.match(text).end()
+        if text[i:i + 1] != "{":
+            return None
+        i = _WS.match(text, i + 1).end()
+        pairs: list = []
+        before: list[str] | None = None
+        starts: list[int] = []
+        while text[i:i + 1] == '"':
+            key, i = json.decoder.scanstring(text, i + 1)
+            i = _WS.match(text, i).end()
+            if text[i:i + 1] != ":":
+                return None
+            i = _WS.match(text, i + 1).end()
+            if key == "entry" and text[i:i + 1] == "[" and before is None:
+                before = [k for k, _ in pairs]
+                i = _WS.match(text, i + 1).end()
+                while text[i:i + 1] != "]":
+                    entry, end = strict.raw_decode(text, i)
+                    if not _within_depth(entry, MAX_DEPTH - 2):  # the Bundle and its entry list hold it
+                        return None
+                    starts.append(i)
+                    i = _WS.match(text, end).end()
+                    if text[i:i + 1] == ",":
+                        i = _WS.match(text, i + 1).end()
+                    elif text[i:i + 1] != "]":
+                        return None
+                i += 1
+            else:
+                value, i = strict.raw_decode(text, i)
+                if not _within_depth(value, MAX_DEPTH - 1):
+                    return None
+                pairs.append((key, value))
+            i = _WS.match(text, i).end()
+            if text[i:i + 1] == ",":
+                i = _WS.match(text, i + 1).end()
+            elif text[i:i + 1] == "}":
+                break
+            else:
+                return None
+        else:
+            return None
+        if text[i + 1:].strip(" \t\n\r") or before is None:
+            return None
+        header = _unique_pairs(pairs + [("entry", None)])
+    except (ValueError, _DuplicateKey, RecursionError):
+        return None
+    del header["entry"]
+    return header, before, starts
+
+
+def entries_at(text: str, starts: list[int]):
+    """The entries `split_bundle` found, parsed anew one at a time (already checked there)."""
+    decoder = json.JSONDecoder()
+    for i in starts:
+        yield decoder.raw_decode(text, i)[0]
+
+
+def _within_depth(doc: object, limit: int = MAX_DEPTH) -> bool:
     """Whether no container sits deeper than MAX_DEPTH: an iterative walk over containers only (exact
     class tests, not isinstance: this runs on every input and is the larger part of its cost)."""
     stack = [(doc, 1)] if doc.__class__ in _CONTAINERS else []
     while stack:
         node, depth = stack.pop()
-        if depth > MAX_DEPTH:
+        if depth > limit:
             return False
         for value in node if node.__class__ is list else node.values():
             if value.__class__ in _CONTAINERS:

@@ -145,6 +145,8 @@ def sha256_of(data: bytes | str | dict | list | None) -> str:
     """Hex SHA-256 of bytes as given, of str as UTF-8, of a JSON document in canonical form (sorted keys, no spaces)."""
     if data is None:
         return ""
+    if hasattr(data, "hexdigest"):  # a hashlib object, fed as a large file was read or written
+        return data.hexdigest()
     if isinstance(data, (dict, list)):
         data = canonical_json(data)
     if isinstance(data, str):

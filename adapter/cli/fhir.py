@@ -26,6 +26,7 @@ from adapter.cli.common import (
     fail,
 )
 from adapter.engines import fhir_engine
+from fhir_transforms.r4 import stream
 from fhir_transforms.errors import InputError, RecordRefused
 from adapter import settings
 
@@ -75,6 +76,10 @@ def fhir(
         try:
             if root is not None:
                 fhir_files.check_inside(target, root)  # before anything is audited
+            if _stream(engine, path, validate, account, target, root, rel):
+                counts["written"] += 1
+                counts["resources"] += 1
+                continue
             f = fhir_files.read(path, rel)
             results, audited, refused = _deidentify_file(engine, f, validate)
             if refused:  # NDJSON lines refused: their neighbours are written, these are listed
@@ -103,6 +108,9 @@ def fhir(
             account.discard()
             counts["bad_input"] += 1
             typer.echo(f"bad input  {e}", err=True)
+        except _Refused as e:  # a Bundle read entry by entry: refused and audited, nothing written
+            counts["refused"] += 1
+            typer.echo(f"refused  {e.args[0]}", err=True)
         except RecordRefused as e:  # a Bundle or resource file: all or nothing
             account.refused(f.raw[0], str(e), str(path), f.resources[0].get("resourceType", ""))
             try:
@@ -127,6 +135,43 @@ def fhir(
         raise typer.Exit(EXIT_REFUSED)
     if not counts["written"]:
         fail("nothing to write: no input file held FHIR resources")
+
+
+def _stream(engine, path: Path, validate: Validation, account, target: Path, root, rel: Path) -> bool:
+    """A .json Bundle with validation off, de-identified entry by entry (fhir_transforms/r4/stream.py) to the same
+    bytes as the whole-record path, without holding it whole; False for anything else (read and done as usual).
+    RecordRefused and InputError propagate as from that path, with nothing written."""
+    engine.validate = validate is Validation.full or (validate is Validation.sample and _sampled(path, 1))
+    if engine.validate or path.suffix != ".json":
+        return False
+    bundle = fhir_files.read_bundle(path)
+    if bundle is None or not stream.streamable(engine, bundle.header):
+        return False
+    writer = fhir_files.EntryWriter(target, root)
+    try:
+        try:
+            result, before = stream.deidentify_entries(engine, bundle.header, bundle.before, bundle.entries,
+                                                       writer.add, str(path))
+        except RecordRefused as e:
+            account.refused(bundle.digest, str(e), str(path), "Bundle")
+            try:
+                account.commit()
+            except AuditError as audit_error:
+                fail(str(audit_error))
+            raise _Refused(e) from None
+        del bundle.text
+        digest = writer.finish(result.resource, before)
+        account.deidentified(bundle.digest, digest, result.findings, str(path), "Bundle")
+        account.commit()  # durable before the output exists
+        writer.publish()
+    finally:
+        writer.discard()
+    typer.echo(f"ok  {rel} (1 resource)", err=True)
+    return True
+
+
+class _Refused(Exception):
+    pass
 
 
 def _deidentify_file(engine, f: fhir_files.FhirFile, validate: Validation) -> tuple[list, list, list]:

@@ -50,6 +50,24 @@ def remove_entries(bundle: dict, rules: tuple[EntryRule, ...]) -> set[int]:
     return changed
 
 
+def removed(entry, rules: tuple[EntryRule, ...]) -> set[str] | None:
+    """The ways references name an entry the rules remove (its fullUrl, Type/id); None for an entry kept."""
+    res = entry.get("resource") if isinstance(entry, dict) else None
+    if not (rules and isinstance(res, dict) and any(_matches(res, rule) for rule in rules)):
+        return None
+    names = {entry["fullUrl"]} if isinstance(entry.get("fullUrl"), str) else set()
+    if isinstance(res.get("id"), str):
+        names.add(f"{res['resourceType']}/{res['id']}")
+    return names
+
+
+def clean_entry(entry, gone: set[str]) -> bool:
+    """Remove an entry's references to removed entries (`gone`, as `removed` names them); whether any went."""
+    res = entry.get("resource") if isinstance(entry, dict) else None
+    return bool(gone) and isinstance(res, dict) and is_resource_type(str(res.get("resourceType"))) and \
+        _clean(res, res["resourceType"], gone)
+
+
 def _matches(res: dict, rule: EntryRule) -> bool:
     if res.get("resourceType") != rule.resource:
         return False

@@ -109,6 +109,20 @@ class Deidentifier:
         # sorted by (value, category) as the dataclass orders them, without its generated __lt__
         known = tuple(sorted((k for k in ctx.known if len(k.value.strip()) >= 2), key=_known_order))
 
+        findings, ntexts, timings = self.replace_texts(ctx, known, path)
+        stamp_all(ctx)
+        guard(doc, ctx, known, path, profile)
+        if self.validate:
+            try:
+                validate(doc, path, version)
+            except InputError as e:
+                raise OutputInvalid(f"output failed validation (a bug; nothing written): {e}") from None
+        return RecordResult(doc, findings, ntexts, timings, known)
+
+    def replace_texts(self, ctx: RecordContext, known: tuple[KnownIdentifier, ...], path: str
+                      ) -> tuple[list[Finding], int, dict[str, float]]:
+        """Send the walk's pending texts through the text stack (kept coded text through `terms`) and write them
+        back: (findings, texts read, detector seconds)."""
         texts = [t for p in ctx.pending if not p.ref.known_only for t in p.ref.texts]
         terms = [t for p in ctx.pending if p.ref.known_only for t in p.ref.texts]
         timings: dict[str, float] = {}
@@ -129,21 +143,22 @@ class Deidentifier:
                 if found and not kind:  # a term labels itself: it may keep what was found (`term`)
                     pending.labels.add("MASKED")
             pending.write(pending.ref.build(found_in))
-        stamp_all(ctx)
+        return findings, len(texts) + len(terms), timings
 
-        # Most records hold no surviving identifier: search the output's distinct texts first, and work out
-        # their paths only when something is found.
-        leaks = [] if leak_guard.clean(output_texts(doc, ctx.generated), known) else leak_guard.scan(
-            _unless_kept(output_strings(doc, ctx.generated, path), kept_by_design(doc, path, profile)), known)
-        if leaks:
-            shown = "; ".join(str(leak) for leak in leaks[:5])
-            raise LeakFound(f"{path}: leak guard refused the output: {len(leaks)} known identifier(s) survived: {shown}")
-        if self.validate:
-            try:
-                validate(doc, path, version)
-            except InputError as e:
-                raise OutputInvalid(f"output failed validation (a bug; nothing written): {e}") from None
-        return RecordResult(doc, findings, len(texts) + len(terms), timings, known)
+
+def guard(doc: dict, ctx: RecordContext, known: tuple[KnownIdentifier, ...], path: str, profile: Profile,
+          where: Callable[[dict, str], tuple[dict, str]] | None = None) -> None:
+    """The leak guard: LeakFound when a known identifier survived in the output's text. Most records hold no
+    surviving identifier: the output's distinct texts are searched first, and their paths worked out only when
+    something is found. `where`: the document and path to read paths from (a Bundle entry: its Bundle's)."""
+    if leak_guard.clean(output_texts(doc, ctx.generated), known):
+        return
+    at, at_path = where(doc, path) if where else (doc, path)
+    leaks = leak_guard.scan(_unless_kept(output_strings(at, ctx.generated, at_path),
+                                         kept_by_design(at, at_path, profile)), known)
+    if leaks:
+        shown = "; ".join(str(leak) for leak in leaks[:5])
+        raise LeakFound(f"{path}: leak guard refused the output: {len(leaks)} known identifier(s) survived: {shown}")
 
 
 def _known_order(k: KnownIdentifier) -> tuple[str, str]:

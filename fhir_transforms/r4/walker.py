@@ -247,8 +247,8 @@ def walk_record(doc: dict, path: str, ctx: RecordContext) -> None:
     walk_resource(doc, path, ctx)
 
 
-def walk_resource(res: dict, path: str, ctx: RecordContext, container: ResourceState | None = None) -> None:
-    """Apply the profile to one resource (and, through the walk, to its contained and entry resources)."""
+def walk_resource(res: dict, path: str, ctx: RecordContext, container: ResourceState | None = None) -> ResourceState:
+    """Apply the profile to one resource (and, through the walk, to its contained and entry resources); its state."""
     rtype = res.get("resourceType")
     version = ctx.profile.fhir_version
     by_shape = version == "r4" and rtype in R4_ONLY
@@ -262,6 +262,25 @@ def walk_resource(res: dict, path: str, ctx: RecordContext, container: ResourceS
     else:
         _walk_complex(res, _plan(ctx.profile, rtype, rtype, True), path, ctx, state)
     ctx.walked.append((res, state))
+    return state
+
+
+def walk_entry(entry, index: int, path: str, ctx: RecordContext, bundle: ResourceState):
+    """One Bundle entry as the walk of its whole Bundle takes it, at `path`.entry[index] of the output; the
+    entry to write, or REMOVE when the rules leave it empty."""
+    step = _plan(ctx.profile, "Bundle", "Bundle", True)["entry"]
+    item_path = f"{path}.entry[{index}]"
+    if type(entry) is dict:
+        _walk_complex(entry, ctx.profile.plans.get(step.walk_into) or _plan(ctx.profile, *step.walk_into), item_path,
+                      ctx, bundle)
+        return entry if entry else REMOVE
+    return _transform({}, "entry", entry, step, item_path, [], 0, ctx, bundle)
+
+
+def entries_walked_alone(profile: Profile) -> bool:
+    """Whether the profile walks Bundle.entry item by item (no rule of its own): what walk_entry needs."""
+    step = _plan(profile, "Bundle", "Bundle", True).get("entry")
+    return step is not None and step.walk_into is not None and step.element.is_list
 
 
 def _walk_by_shape(node: dict, owner: str, fpath: str, is_resource: bool, path: str, ctx: RecordContext,
