@@ -16,6 +16,8 @@ import hmac
 import json
 import os
 import socket
+import sqlite3
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from json.encoder import encode_basestring  # how json.dumps(ensure_ascii=False) writes a string
@@ -41,6 +43,7 @@ OFF = "off"
 # The fields a record's hash covers, in this order. `seq` is only the storage order: the chain is the hashes.
 HASHED = ("time", "actor", "channel", "operation", "data_format", "input_sha256", "output_sha256", "profile",
           "rules_version", "stack", "versions", "key_id", "findings", "detail", "audit_key_id", "prev_hash")
+SQLITE_TIMEOUT_S = 120  # how long a writer waits for SQLite's write lock
 PG_SCHEMA_LOCK = 0x6465_6964_6175_64  # pg_advisory_xact_lock id taken while creating tables: "deidaud"
 
 
@@ -305,7 +308,7 @@ def make_engine(url: str, read_only: bool = False) -> Engine:
         return create_engine(url, pool_pre_ping=True)
     if read_only:
         url = _read_only_sqlite(url)
-    engine = create_engine(url, connect_args={"timeout": 120, "check_same_thread": False})
+    engine = create_engine(url, connect_args={"timeout": SQLITE_TIMEOUT_S, "check_same_thread": False})
 
     @event.listens_for(engine, "connect")
     def _connect(dbapi_connection, _record):
@@ -313,7 +316,7 @@ def make_engine(url: str, read_only: bool = False) -> Engine:
         if read_only:
             return
         cur = dbapi_connection.cursor()
-        cur.execute("PRAGMA journal_mode=WAL")
+        _wal(cur)
         cur.execute("PRAGMA synchronous=FULL")  # a commit is on disk before it returns
         cur.close()
 
@@ -323,6 +326,21 @@ def make_engine(url: str, read_only: bool = False) -> Engine:
         conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get("audit_read") else "BEGIN IMMEDIATE")
 
     return engine
+
+
+def _wal(cur) -> None:
+    """PRAGMA journal_mode=WAL, waiting as the busy timeout would: while another connection switches a new file to
+    WAL, SQLite answers "database is locked" at once, without calling its busy handler (threads opening a new store
+    together hit it)."""
+    deadline = time.monotonic() + SQLITE_TIMEOUT_S
+    while True:
+        try:
+            cur.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
 
 
 def _read_only_sqlite(url: str) -> str:
