@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,6 +34,17 @@ HL7_DATATYPE = r"^[A-Z][A-Z0-9_]*$"  # datatype names are upper case, method nam
 
 class RulesFileError(ProfileError):
     """A site rules file cannot be read, or breaks the schema or the model; the message names file and line."""
+
+
+@contextmanager
+def as_rules_error():
+    """A profile built from a site file: its ProfileError is the file's error (exit 2), as its own ones are."""
+    try:
+        yield
+    except RulesFileError:
+        raise
+    except ProfileError as e:
+        raise RulesFileError(str(e)) from None
 
 
 def param_schema(param: Param) -> dict:

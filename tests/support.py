@@ -35,6 +35,7 @@ from adapter.review.queue import ReviewQueue, Thresholds
 from fhir_transforms import keys
 from fhir_transforms.keys import Key, key_id_for
 from tests.conftest import FIXED_TODAY, SHARED, TEST_SECRET, make_engine, run_cli
+from text_deid.spans import Span
 
 # --- Audit stores for the audit tests: a SQLite file, and a throwaway schema on a real PostgreSQL server.
 PG_URL = os.environ.get("DEID_ADAPTER_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
@@ -404,3 +405,17 @@ def assert_outcome(resp: httpx.Response, status: int) -> dict:
     body = resp.json()
     get_fhir_model_class("OperationOutcome").model_validate(body)
     return body
+
+
+class FlagsEveryText:
+    """A text stack that marks the first word of every text it is given as a NAME, and remembers the texts:
+    what it did not see was not sent through the stack."""
+
+    name = "flags-every-text"
+
+    def __init__(self):
+        self.seen: list[str] = []
+
+    def detect_many(self, texts, known, timings=None):
+        self.seen.extend(texts)
+        return [[Span(0, len(t.split()[0]), "NAME", 1.0, "test")] if t.split() else [] for t in texts]

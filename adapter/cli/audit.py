@@ -159,13 +159,7 @@ def reidentify(pseudonym: str = typer.Argument(..., help="A pseudonym from a de-
     if not reason.strip():
         fail("--reason must say why")
     trail = _trail_for_reading(target, key_file)
-    ring: list[keys.Key] = []
-    key_problem = None
-    if vault_key_file:
-        try:
-            ring = [k for _, k, _ in keys.key_ring(vault_key_file, "vault")]
-        except keys.KeyError_ as e:
-            key_problem = str(e)
+    ring, key_problem = _vault_ring(vault_key_file)
     try:
         store = Vault(vault_url(vault_store))
         found = relink(store, trail, pseudonym, ring, actor=actor or audit.default_actor(), reason=reason)
@@ -176,6 +170,16 @@ def reidentify(pseudonym: str = typer.Argument(..., help="A pseudonym from a de-
     for r in found:
         typer.echo(json.dumps({"pseudonym": r.pseudonym, "namespace": r.namespace, "key_id": r.key_id,
                                "original": r.original}, ensure_ascii=False))
+
+
+def _vault_ring(vault_key_file: Optional[Path]) -> tuple[list[keys.Key], str | None]:
+    """The vault key ring, or none and why: an attempt without a usable key is still audited, then denied."""
+    if not vault_key_file:
+        return [], None
+    try:
+        return [k for _, k, _ in keys.key_ring(vault_key_file, "vault")], None
+    except keys.KeyError_ as e:
+        return [], str(e)
 
 
 @vault_app.command("decrypt")
@@ -197,13 +201,7 @@ def decrypt(value: str = typer.Argument(..., help="A value an `encrypt` rule wro
     if fmt not in ("aes-siv", "fpe"):
         fail("--format is aes-siv or fpe")
     trail = _trail_for_reading(target, audit_key_file)
-    ring: list[keys.Key] = []
-    key_problem = None
-    if vault_key_file:
-        try:
-            ring = [k for _, k, _ in keys.key_ring(vault_key_file, "vault")]
-        except keys.KeyError_ as e:
-            key_problem = str(e)
+    ring, key_problem = _vault_ring(vault_key_file)
     options = {"format": fmt} if fmt == "aes-siv" else {
         "format": fmt, "alphabet": alphabet, "keep_prefix": keep_prefix, "check_digit": check_digit}
     try:

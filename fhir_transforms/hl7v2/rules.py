@@ -18,7 +18,7 @@ from fhir_transforms import dates
 from fhir_transforms.hl7v2.standard import datatype_names, defined_fields, field_type
 from fhir_transforms.methods import HL7V2, METHODS
 from fhir_transforms.rules import ProfileError, check_options, read_profile_file
-from fhir_transforms.site_rules import RulesFileError, SiteRules, merge
+from fhir_transforms.site_rules import RulesFileError, SiteRules, as_rules_error, merge
 import mappings
 
 MAPPINGS = Path(mappings.__file__).resolve().parent / "hl7v2"
@@ -260,12 +260,8 @@ def hl7_site_profile(site: SiteRules) -> HL7Profile:
         if keys[0] in SECTIONS and keys[1] in (part.get(keys[0]) or {}):
             return f"{site.at('hl7v2', *keys)}: hl7v2.{'.'.join(keys)}"
         return f"{site.extends}: {'.'.join(keys)}"
-    try:
+    with as_rules_error():
         profile = hl7_profile_from_doc(doc, where, site.sha256)
-    except RulesFileError:
-        raise
-    except ProfileError as e:
-        raise RulesFileError(str(e)) from None
     packaged = load_hl7_profile(site.extends).fields
     for key in part.get("fields") or {}:  # where its condition is false, the packaged rule of the field comes next
         rule = profile.fields.get(key)

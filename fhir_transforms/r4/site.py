@@ -7,8 +7,8 @@ from dataclasses import dataclass, replace
 
 from fhir_transforms.r4.schema import PRIMITIVES, elements, is_resource_type
 from fhir_transforms.r4.shapes import R4_ONLY
-from fhir_transforms.rules import MAPPINGS, Profile, ProfileError, load_profile, profile_from_doc, read_profile_file
-from fhir_transforms.site_rules import RulesFileError, SiteRules, merge
+from fhir_transforms.rules import MAPPINGS, Profile, load_profile, profile_from_doc, read_profile_file
+from fhir_transforms.site_rules import RulesFileError, SiteRules, as_rules_error, merge
 
 PRIMITIVE_NAMES = frozenset(PRIMITIVES.values()) | {"boolean"}
 
@@ -82,12 +82,8 @@ def site_profile(site: SiteRules) -> Profile:
         if ("fhir", *keys) in site.lines:
             return f"{site.at('fhir', *keys)}: fhir.{'.'.join(keys)}"
         return f"{site.extends}: {label}"
-    try:
+    with as_rules_error():
         profile = profile_from_doc(doc, where, site.sha256)
-    except RulesFileError:
-        raise
-    except ProfileError as e:
-        raise RulesFileError(str(e)) from None
     packaged = load_profile(site.extends)
     _mark_site_rules(profile.rules, set(part.get("rules") or {}), packaged.rules)
     for version, section in (part.get("fhir_versions") or {}).items():

@@ -9,24 +9,12 @@ from fhir_transforms.hl7v2.engine import HL7Deidentifier
 from fhir_transforms.hl7v2.rules import load_hl7_profile
 from fhir_transforms.pseudonym import Pseudonymizer
 from tests.conftest import FIXED_TODAY
-from text_deid.spans import Span
+from tests.support import FlagsEveryText
 from text_deid.stack import DEFAULT_STACK, build_stack
 
 MSH = "MSH|^~\\&|APP|FAC|RCV|RFAC|20240101120000+0100||ORU^R01^ORU_R01|CTRL1|P|2.5.1"
 PID = "PID|1||MRN12345^^^HOSP^MR||Quixote^Donna^Maria||19700312|F|||12 Elm Street^^Springfield^IL^62704"
 
-
-class FlagsEveryText:
-    """A text stack that marks the first word of every text as a NAME and remembers the texts it was given."""
-
-    name = "flags-every-text"
-
-    def __init__(self):
-        self.seen: list[str] = []
-
-    def detect_many(self, texts, known, timings=None):
-        self.seen.extend(texts)
-        return [[Span(0, len(t.split()[0]), "NAME", 1.0, "test")] if t.split() else [] for t in texts]
 
 
 def _engine(test_key, stack) -> HL7Deidentifier:

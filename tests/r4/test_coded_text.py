@@ -9,26 +9,13 @@ import json
 
 import pytest
 
-from text_deid.spans import Span
+from tests.support import FlagsEveryText
 
 LOINC = "http://loinc.org"
 SCT = "http://snomed.info/sct"
 PATIENT = {"resourceType": "Patient", "id": "p1", "name": [{"family": "Smith", "given": ["John"]}],
            "address": [{"city": "Chicopee", "state": "MA"}]}
 
-
-class FlagsEveryText:
-    """A text stack that marks the first word of every text it is given as a NAME, and remembers the texts:
-    what it did not see was not sent through the stack."""
-
-    name = "flags-every-text"
-
-    def __init__(self):
-        self.seen: list[str] = []
-
-    def detect_many(self, texts, known, timings=None):
-        self.seen.extend(texts)
-        return [[Span(0, len(t.split()[0]), "NAME", 1.0, "test")] if t.split() else [] for t in texts]
 
 
 @pytest.fixture
