@@ -10,11 +10,13 @@ import math
 import re
 from dataclasses import dataclass, field
 from datetime import date
+from functools import lru_cache
+from operator import attrgetter
 from typing import Callable
 
 from fhir_transforms.hl7v2 import message as er7
 from fhir_transforms.hl7v2 import payload as ed
-from fhir_transforms.hl7v2.identifying import dates_with_time, identifying
+from fhir_transforms.hl7v2.identifying import dates_with_time, holds_known_day, identifying
 from fhir_transforms.hl7v2.rules import (Datatype, DTMError, HL7Profile, Rule, dtm_age, dtm_full_date, dtm_shift, dtm_year,
                                          identifier_system, is_calendar_dtm, is_dtm)
 from fhir_transforms.hl7v2.standard import standard_version
@@ -38,7 +40,16 @@ OBX_AGE = Rule(method="age90", options={"value": "age"})  # OBX-5 of an age obse
 # an ST age: a number with an optional comparator and unit word ("95 years", ">89")
 AGE_TEXT_RE = re.compile(r"\s*(<=|>=|<|>|=)?\s*(\d{1,5}(?:\.\d+)?)\s*([A-Za-z_{}]*)\s*")
 OBX_TEXT = Rule(method="text")  # OBX-5 of a value type the profile does not list
+DTM_RULE = Rule(type="DTM")  # a date found where a field's rule expects text or a code
+# What `run` does with a field, by its rule, and `rep` with a component, by its resolved rule
+# (`HL7Deidentifier.field_kind`, `.components`): worked out once per rule of the profile.
+WALK, KEEP, CHECKED, CLEARS, CONDITIONAL, REMOVE = "walk", "keep", "checked", "clears", "conditional", "remove"
 CODED_TYPES = frozenset({"CE", "CWE", "CNE"})  # a `term` component of these is coded text only beside its code
+SHORT_CODE_RE = re.compile(r"[A-Za-z]{1,3}")  # an XAD part this short is a code, not a place
+ROUTING_SPLIT_RE = re.compile(r"[\^&~]")
+INTEGER_RE = re.compile(r"[+-]?\d+")
+DECIMAL_RE = re.compile(r"[+-]?(\d+\.\d*|\.\d+)")
+_value_and_category = attrgetter("value", "category")  # KnownIdentifier's own order, without its generated __lt__
 
 
 @dataclass
@@ -80,7 +91,7 @@ class MessageWalk:
         self._open_note: tuple[str, Note] | None = None
         self._fields: list[tuple[er7.Segment, int, list]] = []
         self._cleared: list[tuple[er7.Segment, int, str]] = []  # fields whose rule empties every leaf
-        self._separators = frozenset((self.d.repetition, self.d.component, self.d.subcomponent))
+        self._not_separators = _not_separators(self.d)
 
     # --- segments and fields
     def run(self) -> None:
@@ -88,27 +99,34 @@ class MessageWalk:
             self._segment_number = k
             if not (seg.sid == "OBX" and self._open_note):
                 self._open_note = None
+            plans = self.deid.field_plans(self.version, seg.sid)
             for n, raw in _fields(seg):
                 if not raw or raw == '""':
                     continue
-                rule = self._rule(seg, n)
-                if rule.where is not None:  # a site rule's condition: decided per repetition
+                rule, kind = plans.get(n) or self._plan(seg, n, plans)
+                if kind is KEEP:  # a datatype (ID, NM...) whose rule is `keep` is kept the same
+                    continue
+                if kind is CONDITIONAL:  # a site rule's condition: decided per repetition
                     self._conditional(rule, seg, n, raw, f"{seg.sid}[{k}]-{n}")
                     continue
-                kept = self._resolve(rule)  # a datatype (ID, NM...) whose rule is `keep` is kept the same
-                if (isinstance(kept, Rule) and kept.method == "keep"
-                        and not (kept.options.get("checked") and DATE_TIME_RE.search(raw))):
-                    if kept.options.get("checked"):  # no date-time in it: checked whole, split only on a hit
-                        self.checked_fields.append((seg, n, raw))
+                if kind is CHECKED and not DATE_TIME_RE.search(raw):
+                    self.checked_fields.append((seg, n, raw))  # checked whole, split only on a hit
                     continue
-                if self._clears(rule):  # every leaf emptied: only the separators stay
-                    self._cleared.append((seg, n, "".join(ch for ch in raw if ch in self._separators)))
+                if kind is CLEARS:  # every leaf emptied: only the separators stay
+                    self._cleared.append((seg, n, self._not_separators.sub("", raw)))
                     continue
                 where = f"{seg.sid}[{k}]-{n}"
                 f = er7.split_field(raw, self.d)
                 for rep in f:
                     self.rep(rule, rep, where, seg)
                 self._fields.append((seg, n, f))
+
+    def _plan(self, seg: er7.Segment, n: int, plans: dict[int, tuple[Rule, str]]) -> tuple[Rule, str]:
+        rule = self._rule(seg, n)
+        found = (rule, self.deid.field_kind(rule))
+        if not (seg.sid == "OBX" and n == 5):  # OBX-5 is ruled by each observation's value type
+            plans[n] = found
+        return found
 
     def _conditional(self, rule: Rule, seg: er7.Segment, n: int, raw: str, where: str) -> None:
         """Each repetition by the rule where its component holds one of the listed values, else by the next
@@ -136,7 +154,7 @@ class MessageWalk:
             if vtype in self.profile.observation_age_types and self._per_year(seg) is not None:
                 nm = self.profile.observation_values.get("NM")  # a site that perturbs numbers perturbs ages in years too
                 if vtype == "NM" and nm and nm.method == "perturb" and self._per_year(seg) == 1:
-                    return Rule(method="perturb", options={**nm.options, "age": True})
+                    return self.deid.age_perturb(nm)
                 return OBX_AGE
             return self._observation_rule(vtype)
         return self.profile.rule(seg.sid, n, self.version)
@@ -184,21 +202,6 @@ class MessageWalk:
             written = ninety if vtype == "NM" else f">={math.ceil(90 * per_word):d}" + (f" {m.group(3)}" if word else "")
             rep[:] = [[er7.escape(written, self.d)]]
 
-    def _clears(self, rule: Rule) -> bool:
-        """Whether a field rule empties every leaf and records nothing: a plain `remove`, or a datatype
-        (not one `_record` reads) whose every component is one. Worked out once per rule object."""
-        cache = self.deid._clears
-        found = cache.get(id(rule), (None, None))[1]
-        if found is None:
-            target = self._resolve(rule)
-            if isinstance(target, Datatype):
-                found = (target.name not in RECORDED_TYPES and not target.components
-                         and _plain_remove(self._resolve(target.default)))
-            else:
-                found = _plain_remove(target)
-            cache[id(rule)] = (rule, found)  # the rule held: its id is never another's
-        return found
-
     def _birth_days_over_89(self) -> set[str]:
         """Full birth dates (PID-7) of patients aged 90 or more: the same date anywhere else is removed too."""
         days = set()
@@ -232,13 +235,15 @@ class MessageWalk:
         target = self._resolve(rule)
         if isinstance(target, Datatype):
             if target.name in RECORDED_TYPES:
-                self._record(target.name, [[self._decoded(s) for s in c] for c in rep], where)
-            for i, comp in enumerate(rep, 1):
-                sub = self._resolve(target.components.get(i, target.default))
-                if _plain_remove(sub):  # most components: emptied, or kept as they are, with nothing to record
+                esc = self.d.escape  # `_decoded` of each leaf, without a call for each
+                self._record(target.name, [[er7.decode(s, self.d)[0] if esc in s else s for s in c] for c in rep], where)
+            listed, default = self.deid.components(target)
+            for i, comp in enumerate(rep):
+                sub, kind = listed[i] if i < len(listed) else default
+                if kind is REMOVE:  # most components: emptied, or kept as they are, with nothing to record
                     comp[:] = [""] * len(comp)
-                elif not _plain_keep(sub):
-                    self.component(sub, comp, f"{where}.{i}", target.name, rep, seg)
+                elif kind is WALK:
+                    self.component(sub, comp, f"{where}.{i + 1}", target.name, rep, seg)
         elif _plain_remove(target):
             for comp in rep:
                 comp[:] = [""] * len(comp)
@@ -251,12 +256,14 @@ class MessageWalk:
         if isinstance(target, Datatype):
             if target.name in RECORDED_TYPES:
                 self._record(target.name, [[self._decoded(s)] for s in comp], where)
+            listed, default = self.deid.components(target)
             for i in range(len(comp)):
-                sub = self._resolve(target.components.get(i + 1, target.default))
-                if isinstance(sub, Datatype):
-                    sub = Rule(method="remove")  # no datatype nests below a subcomponent
-                self.method(sub, [(comp, i)], f"{where}.{i + 1}", target.name, [[s] for s in comp], seg,
-                            container=comp)
+                sub, kind = listed[i] if i < len(listed) else default
+                if kind is REMOVE or isinstance(sub, Datatype):  # no datatype nests below a subcomponent
+                    comp[i] = ""
+                elif kind is WALK:
+                    self.method(sub, [(comp, i)], f"{where}.{i + 1}", target.name, [[s] for s in comp], seg,
+                                container=comp)
         else:
             self.method(target, [(comp, j) for j in range(len(comp))], where, owner, rep, seg)
 
@@ -284,12 +291,12 @@ class MessageWalk:
         ids = {k.value.strip().casefold() for k in self.known
                if k.category not in ("DATE", "NAME", "GEOGRAPHIC_LOCATION") and len(k.value.strip()) >= 3}
         # whole fields first, split only those that may hold an identifier (most hold none)
-        to_separator = er7.leaf_separators(self.d, LEAF_SEPARATOR)
-        texts = [raw.translate(to_separator) for _, _, raw in self.checked_fields]
+        texts = [er7.to_leaf_separators(raw, self.d, LEAF_SEPARATOR) for _, _, raw in self.checked_fields]
         folded = [t.casefold() for t in texts]
         everything = "\n".join(folded)
         present = [x for x in ids if x in everything]  # most messages: none, and no field is read for each id
-        suspect = {i for i, t in enumerate(folded) if self.d.escape in t or any(x in t for x in present)}
+        suspect = {i for i, t in enumerate(folded) if self.d.escape in t or any(map(t.__contains__, present))} \
+            if present or self.d.escape in everything else set()
         if texts and not leak_guard.clean(texts, guarded):
             suspect |= {int(leak.path) for leak in leak_guard.scan(((str(i), t) for i, t in enumerate(texts)), guarded)}
         for i in sorted(suspect):
@@ -447,7 +454,7 @@ class MessageWalk:
     def _age90(self, value: str) -> str | None:
         if dtm_age(value, self.deid.clock()) >= 90:
             return None
-        dtm = self._resolve(Rule(type="DTM"))
+        dtm = self._resolve(DTM_RULE)
         return dtm_year(value) if getattr(dtm, "method", "year") == "year" else dtm_shift(
             value, self._offset(getattr(dtm, "options", {})))
 
@@ -519,7 +526,7 @@ class MessageWalk:
         elif datatype == "XAD":
             for i in (1, 2, 3, 5, 8, 9, 10):  # not XAD-4: Safe Harbor keeps the state
                 for v in c(i):
-                    if not re.fullmatch(r"[A-Za-z]{1,3}", v.strip()):  # short codes are not places
+                    if not SHORT_CODE_RE.fullmatch(v.strip()):  # short codes are not places
                         add(KnownIdentifier(v, "GEOGRAPHIC_LOCATION"))
             if len(c(1)) > 1:
                 add(KnownIdentifier(" ".join(c(1)), "GEOGRAPHIC_LOCATION"))
@@ -554,7 +561,7 @@ class MessageWalk:
         note.texts.append(decoded)
 
     def _as_date(self, holder: list[str], j: int, value: str, where: str, owner, rep) -> None:
-        dtm = self._resolve(Rule(type="DTM"))
+        dtm = self._resolve(DTM_RULE)
         result = self.value(dtm.method, value, where, owner, rep, None) if isinstance(dtm, Rule) else None
         holder[j] = "" if result is None else er7.escape(result, self.d)
 
@@ -564,7 +571,7 @@ class MessageWalk:
         organisation of the message bears the same name, but the guard does not look for them: they are not
         the patient's, and codes (a route "HAND", a department) often share a word with one."""
         msh = self.message.segments[0]
-        routing = {t.strip().upper() for n in (3, 4, 5, 6) for t in re.split(r"[\^&~]", self._decoded(msh.get(n)))}
+        routing = {t.strip().upper() for n in (3, 4, 5, 6) for t in ROUTING_SPLIT_RE.split(self._decoded(msh.get(n)))}
         orgs = self.org_names | routing
         staff = {KnownIdentifier(v, "NAME") for v in self.staff_names if v.strip().upper() not in orgs}
         patient = {k for k in self.known if identifying(k, routing)}
@@ -652,13 +659,67 @@ class HL7Deidentifier:
     stack: TextStack
     clock: Callable[[], date] = dates.today
     terms: TextStack = field(default_factory=known_identifiers_only)  # what kept coded text is searched with
-    # field rules (by identity: the profile's own objects) that empty every leaf, worked out once
-    _clears: dict[int, tuple[Rule, bool]] = field(default_factory=dict, init=False, repr=False, compare=False)
+    # per rule (by identity: the profile's own objects, held here so that an id is never another's), worked out
+    # once: what `run` does with a field, the resolved rule of each component of a datatype, OBX-5 age rules
+    _kinds: dict[int, tuple[Rule, str]] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _components: dict[int, tuple[Datatype, tuple, tuple]] = field(default_factory=dict, init=False, repr=False,
+                                                                  compare=False)
+    _age_rules: dict[int, tuple[Rule, Rule]] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _plans: dict[tuple[str, str], dict[int, tuple[Rule, str]]] = field(default_factory=dict, init=False, repr=False,
+                                                                      compare=False)
 
     @classmethod
     def from_names(cls, profile: str, pseudo: Pseudonymizer, stack: TextStack,
                    clock: Callable[[], date] = dates.today) -> HL7Deidentifier:
         return cls(load_hl7_profile(profile), pseudo, stack, clock)
+
+    def field_plans(self, version: str, sid: str) -> dict[int, tuple[Rule, str]]:
+        """(rule, `field_kind`) of each field of `sid` in `version` worked out so far, by field number: filled by
+        `MessageWalk`, so that a field's rule is looked up once per segment id, not once per message."""
+        return self._plans.setdefault((version, sid), {})
+
+    def field_kind(self, rule: Rule) -> str:
+        """What `MessageWalk.run` does with a field ruled by `rule`: CONDITIONAL (a site rule's condition), KEEP,
+        CHECKED (kept, and checked for the patient's identifiers), CLEARS (every leaf emptied and nothing
+        recorded: a plain `remove`, or a datatype `_record` does not read whose every component is one), or WALK."""
+        found = self._kinds.get(id(rule))
+        if found is None:
+            found = self._kinds[id(rule)] = (rule, self._field_kind(rule))
+        return found[1]
+
+    def _field_kind(self, rule: Rule) -> str:
+        if rule.where is not None:
+            return CONDITIONAL
+        target = self.profile.resolve(rule)
+        if isinstance(target, Rule) and target.method == "keep":
+            return CHECKED if target.options.get("checked") else KEEP
+        if isinstance(target, Datatype):
+            clears = (target.name not in RECORDED_TYPES and not target.components
+                      and _plain_remove(self.profile.resolve(target.default)))
+        else:
+            clears = _plain_remove(target)
+        return CLEARS if clears else WALK
+
+    def components(self, datatype: Datatype) -> tuple[tuple, tuple]:
+        """((resolved rule, REMOVE, KEEP or WALK) of each listed component, in order, then the same of the
+        datatype's default for the components after them)."""
+        found = self._components.get(id(datatype))
+        if found is None:
+            listed = tuple(self._component_kind(datatype.components.get(i, datatype.default))
+                           for i in range(1, max(datatype.components, default=0) + 1))
+            found = self._components[id(datatype)] = (datatype, listed, self._component_kind(datatype.default))
+        return found[1], found[2]
+
+    def _component_kind(self, rule: Rule) -> tuple[Rule | Datatype, str]:
+        sub = self.profile.resolve(rule)
+        return sub, REMOVE if _plain_remove(sub) else KEEP if _plain_keep(sub) else WALK
+
+    def age_perturb(self, nm: Rule) -> Rule:
+        """The OBX-5 rule of an age in years where the profile perturbs numbers (NM): the NM rule's, as an age."""
+        found = self._age_rules.get(id(nm))
+        if found is None:
+            found = self._age_rules[id(nm)] = (nm, Rule(method="perturb", options={**nm.options, "age": True}))
+        return found[1]
 
     def deidentify(self, message: str) -> str:
         """One ER7 message in, its de-identified ER7 out (segments ended by \\r).
@@ -698,16 +759,13 @@ class HL7Deidentifier:
             note.write(note, spans)
         walk.remove_kept_identifiers(guarded)
         walk.finish()
-        er7.fit_charset(message)
-        strings = list(_output_strings(message, self.profile, walk.version, walk.written_dates, skip_codes=False))
-        leaks = leak_guard.scan(strings, guarded) + dates_with_time(strings, guarded)
+        out = er7.fit_charset(message)  # the output as written; the guard reads its fields
+        leaks = _leaks(message, self.profile, walk.version, walk.written_dates, guarded, skip_codes=False)
         if leaks:  # read again without coding systems and HD parts (most messages never get here)
-            strings = list(_output_strings(message, self.profile, walk.version, walk.written_dates))
-            leaks = leak_guard.scan(strings, guarded) + dates_with_time(strings, guarded)
+            leaks = _leaks(message, self.profile, walk.version, walk.written_dates, guarded, skip_codes=True)
         if leaks:
             shown = "; ".join(str(leak) for leak in leaks[:5])
             raise LeakFound(f"{where}: leak guard refused the output: {len(leaks)} known identifier(s) survived: {shown}")
-        out = message.to_er7()
         if not message.envelope:
             try:
                 er7.check_output(before, out)
@@ -716,12 +774,25 @@ class HL7Deidentifier:
         return out
 
 
+def _leaks(message: er7.Message, profile: HL7Profile, version: str, written_dates: set[tuple[int, str]],
+           guarded: tuple[KnownIdentifier, ...], skip_codes: bool) -> list[leak_guard.Leak]:
+    """The leak guard over the output (`_output_strings`): known identifiers, and known dates with a time.
+    Reading every field first, one search of the texts segment by segment (`_guard_texts`); the fields and
+    their paths are read only when it finds something (most messages: never)."""
+    if not skip_codes:
+        texts = _guard_texts(message, profile, version, written_dates)
+        if leak_guard.clean(texts, guarded) and not holds_known_day(texts, guarded):
+            return []
+    strings = _output_strings(message, profile, version, written_dates, skip_codes)
+    return leak_guard.scan(strings, guarded) + dates_with_time(strings, guarded)
+
+
 def _number_or_text(value: str):
     """An HL7 NM value as a number (int when it has no point); any other value as it is."""
     text = value.strip()
-    if re.fullmatch(r"[+-]?\d+", text):
+    if INTEGER_RE.fullmatch(text):
         return int(text)
-    if re.fullmatch(r"[+-]?(\d+\.\d*|\.\d+)", text):
+    if DECIMAL_RE.fullmatch(text):
         return float(text)
     return value
 
@@ -750,8 +821,10 @@ def _plain_keep(target: Rule | Datatype) -> bool:
     return isinstance(target, Rule) and target.method == "keep" and not target.options.get("checked")
 
 
-def _value_and_category(k: KnownIdentifier) -> tuple[str, str]:
-    return k.value, k.category  # KnownIdentifier's own order, without its generated __lt__
+@lru_cache(maxsize=64)
+def _not_separators(d: er7.Delimiters) -> re.Pattern:
+    """Runs of characters other than the repetition, component and subcomponent separators."""
+    return re.compile(f"[^{re.escape(d.repetition + d.component + d.subcomponent)}]+")
 
 
 def _fields(seg: er7.Segment):
@@ -762,37 +835,69 @@ def _fields(seg: er7.Segment):
 
 
 def _output_strings(message: er7.Message, profile: HL7Profile, version: str,
-                    written_dates: set[tuple[int, str]] = frozenset(), skip_codes: bool = True):
+                    written_dates: set[tuple[int, str]] = frozenset(), skip_codes: bool = True) -> list[tuple[str, str]]:
     """Every field of the output that can hold patient data, as the leak guard reads it: leaves unescaped,
     ED text payloads decoded. Not read: the profile's `leak_guard_skip` fields, the coding-system and HD
     components of `leak_guard_skip_components`, and the dates a date rule wrote (a shifted date may land
     on another date of the same message)."""
+    written_in = _written_in(written_dates)
+    return [found for k, seg in enumerate(message.segments, 1)
+            for found in _segment_strings(seg, k, message.delimiters, profile, version, written_in.get(k), skip_codes)]
+
+
+def _guard_texts(message: er7.Message, profile: HL7Profile, version: str, written_dates: set[tuple[int, str]]) -> list[str]:
+    """The texts of `_output_strings(..., skip_codes=False)` without their paths, a segment at a time where it
+    can be: a segment with no field the guard skips, nothing to unescape and no ED payload is one text, its
+    fields apart as its leaves are (LEAF_SEPARATOR), without the leaves that are dates a rule wrote there. No
+    known form or date shape holds a NUL, or ends or starts with what separates texts, so the guard finds a
+    known identifier or day in these exactly where it finds one in those."""
     d = message.delimiters
-    to_separator = er7.leaf_separators(d, LEAF_SEPARATOR)
+    written_in = _written_in(written_dates)
+    skipping = profile.guard_skip_segments
+    texts = []
+    for k, seg in enumerate(message.segments, 1):
+        line = "" if seg.sid in skipping or seg.sid in er7.HEADERS else LEAF_SEPARATOR.join(seg.parts[1:])
+        if not line or d.escape in line or (seg.sid == "OBX" and seg.get(2).upper().startswith("ED")):
+            texts.extend(text for _, text in _segment_strings(seg, k, d, profile, version, written_in.get(k), False))
+            continue
+        text = er7.to_leaf_separators(line, d, LEAF_SEPARATOR)
+        written = written_in.get(k)
+        if written and any(w in text for w in written):
+            text = LEAF_SEPARATOR.join(v for v in text.split(LEAF_SEPARATOR) if v not in written)
+        texts.append(text)
+    return texts
+
+
+def _written_in(written_dates: set[tuple[int, str]]) -> dict[int, set[str]]:
+    """The dates a date rule wrote, by segment number."""
     written_in: dict[int, set[str]] = {}
     for k, value in written_dates:
         written_in.setdefault(k, set()).add(value)
-    for k, seg in enumerate(message.segments, 1):
-        written = written_in.get(k, frozenset())
-        for n, raw in _fields(seg):
-            if not raw:
-                continue
-            skipped, skip = profile.guard_reading(seg.sid, n, version)
-            if skipped:
-                continue
-            skip = skip if skip_codes else None
-            path = f"{seg.sid}[{k}]-{n}"
-            ed_field = seg.sid == "OBX" and n == 5 and seg.get(2).upper().startswith("ED")
-            if skip and raw.count(d.component) < min(skip) - 1:
-                skip = None  # no component to skip: read the field as it stands
-            if d.escape not in raw and not ed_field and not skip and not any(w in raw for w in written):
-                yield path, raw.translate(to_separator)  # nothing to unescape: the raw text between separators
-                continue
-            leaves = [er7.decode(s, d)[0] for r in er7.split_field(raw, d)
-                      for i, c in enumerate(r, 1) if not (skip and i in skip) for s in c]
-            yield path, LEAF_SEPARATOR.join(v for v in leaves if v not in written)
-            if ed_field:
-                for leaf in leaves:
-                    text = ed.payload_text(leaf)
-                    if text is not None:
-                        yield path, text
+    return written_in
+
+
+def _segment_strings(seg: er7.Segment, k: int, d: er7.Delimiters, profile: HL7Profile, version: str,
+                     written: set[str] | None, skip_codes: bool) -> list[tuple[str, str]]:
+    """`_output_strings` of segment number `k`, given the dates a rule wrote there."""
+    strings = []
+    readings = profile.guard_readings(seg.sid, version)
+    for n, raw in _fields(seg):
+        if not raw:
+            continue
+        skipped, skip = readings.get(n) or profile.guard_reading(seg.sid, n, version)
+        if skipped:
+            continue
+        skip = skip if skip_codes else None
+        path = f"{seg.sid}[{k}]-{n}"
+        ed_field = seg.sid == "OBX" and n == 5 and seg.get(2).upper().startswith("ED")
+        if skip and raw.count(d.component) < min(skip) - 1:
+            skip = None  # no component to skip: read the field as it stands
+        if d.escape not in raw and not ed_field and not skip and not (written and any(w in raw for w in written)):
+            strings.append((path, er7.to_leaf_separators(raw, d, LEAF_SEPARATOR)))  # nothing to unescape
+            continue
+        leaves = [er7.decode(s, d)[0] for r in er7.split_field(raw, d)
+                  for i, c in enumerate(r, 1) if not (skip and i in skip) for s in c]
+        strings.append((path, LEAF_SEPARATOR.join(v for v in leaves if not written or v not in written)))
+        if ed_field:
+            strings.extend((path, text) for leaf in leaves if (text := ed.payload_text(leaf)) is not None)
+    return strings

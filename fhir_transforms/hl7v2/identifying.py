@@ -10,7 +10,7 @@ codes) and matching them refuses or masks without protecting anyone: 4 digits ar
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from text_deid.leak_guard import Leak
 from text_deid.spans import KnownIdentifier
@@ -24,24 +24,41 @@ HL7_CODES = frozenset({
 })
 # YYYYMMDD followed by hh[mm[ss[.s]]] and an optional offset: the stack's date shapes end at the day
 DATE_TIME_RE = re.compile(r"(?<![0-9])(\d{8})(?:\d{2}|\d{4}|\d{6})(?:\.\d{1,4})?(?:[+-]\d{4})?(?![0-9])")
+# in ASCII text, what str.isalpha and str.isdigit accept (regular expressions read it faster than a loop)
+ASCII_LETTER_RE = re.compile(r"[A-Za-z]")
+ASCII_DIGIT_RE = re.compile(r"[0-9]")
 
 
 def identifying(known: KnownIdentifier, routing: frozenset[str] | set[str] = frozenset()) -> bool:
     """Whether a known identifier is long and rare enough to be searched for (see the module's rule)."""
-    v = known.value.strip()
     if known.category == "DATE":
         return True
-    if v.upper() in HL7_CODES or v.upper() in routing:
+    v = known.value.strip()
+    upper = v.upper()
+    if upper in HL7_CODES or upper in routing:
         return False
-    if not any(c.isalpha() for c in v):
+    if v.isascii():
+        if not ASCII_LETTER_RE.search(v):
+            return len(ASCII_DIGIT_RE.findall(v)) >= MIN_DIGITS
+    elif not any(c.isalpha() for c in v):
         return sum(c.isdigit() for c in v) >= MIN_DIGITS
     return len(v) >= MIN_CHARACTERS
 
 
 def dates_with_time(strings: Iterable[tuple[str, str]], known: Iterable[KnownIdentifier]) -> list[Leak]:
     """Leaks of known dates written as an HL7 date-time (`YYYYMMDDhhmm...`), one per path."""
-    days = {k.value.strip()[:10].replace("-", "") for k in known if k.category == "DATE"}
+    days = _days(known)
     if not days:
         return []
     found = {path for path, text in strings for m in DATE_TIME_RE.finditer(text) if m.group(1) in days}
     return [Leak(path, "DATE") for path in sorted(found)]
+
+
+def holds_known_day(texts: Sequence[str], known: Iterable[KnownIdentifier]) -> bool:
+    """Whether a known date occurs in `texts` as `YYYYMMDD`: where none does, `dates_with_time` finds nothing."""
+    everything = "\n".join(texts)
+    return any(day in everything for day in _days(known))
+
+
+def _days(known: Iterable[KnownIdentifier]) -> set[str]:
+    return {k.value.strip()[:10].replace("-", "") for k in known if k.category == "DATE"}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 from datetime import date
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Callable
 
@@ -136,8 +136,9 @@ class HL7Profile:
     rules_sha256: str = ""  # a site rules file's hash (fhir_transforms/site_rules.py); "" for a packaged profile
     # lookups repeat for every field of every message: each answer is worked out once
     _rules: dict[tuple[str, str, int], Rule] = field(default_factory=dict, repr=False)
-    _resolved: dict[Rule, Rule | Datatype] = field(default_factory=dict, repr=False)  # by datatype name
-    _guard: dict[tuple[str, str, int], tuple[bool, frozenset[int] | None]] = field(default_factory=dict, repr=False)
+    _resolved: dict[str, Rule | Datatype] = field(default_factory=dict, repr=False)  # by datatype name
+    _guard: dict[tuple[str, str], dict[int, tuple[bool, frozenset[int] | None]]] = field(default_factory=dict,
+                                                                                         repr=False)
 
     @property
     def methods(self) -> set[str]:
@@ -168,14 +169,24 @@ class HL7Profile:
         listed = self.fields.get(f"{sid}.{n}")
         return listed.type if listed is not None and listed.type else field_type(version, sid, n)
 
+    @cached_property
+    def guard_skip_segments(self) -> frozenset[str]:
+        """The segment ids with a field in `leak_guard_skip`."""
+        return frozenset(key.split(".")[0] for key in self.leak_guard_skip)
+
+    def guard_readings(self, sid: str, version: str) -> dict[int, tuple[bool, frozenset[int] | None]]:
+        """How the leak guard reads the fields of `sid` that `guard_reading` answered, by field number: the
+        answers worked out so far (one dictionary per segment id and version, looked up once per segment)."""
+        return self._guard.setdefault((version, sid), {})
+
     def guard_reading(self, sid: str, n: int, version: str) -> tuple[bool, frozenset[int] | None]:
         """How the leak guard reads field `n` of `sid`: (skipped whole, the components it skips when it skips
         coding systems and HD parts, else None)."""
-        found = self._guard.get((version, sid, n))
+        readings = self.guard_readings(sid, version)
+        found = readings.get(n)
         if found is None:
-            found = (f"{sid}.{n}" in self.leak_guard_skip,
-                     self.leak_guard_skip_components.get(self.datatype_of(sid, n, version) or ""))
-            self._guard[(version, sid, n)] = found
+            found = readings[n] = (f"{sid}.{n}" in self.leak_guard_skip,
+                                   self.leak_guard_skip_components.get(self.datatype_of(sid, n, version) or ""))
         return found
 
     def datatype(self, name: str) -> Rule | Datatype:
@@ -188,12 +199,12 @@ class HL7Profile:
         """A method rule as it is, or the datatype a rule names (followed through datatypes that name another)."""
         if not rule.type:
             return rule  # not cached: rules compare without their options
-        found = self._resolved.get(rule)
+        found = self._resolved.get(rule.type)  # the answer depends on the name alone (a str hashes once)
         if found is None:
             found, seen = rule, 0
             while isinstance(found, Rule) and found.type and seen < 8:
                 found, seen = self.datatype(found.type), seen + 1
-            self._resolved[rule] = found
+            self._resolved[rule.type] = found
         return found
 
 

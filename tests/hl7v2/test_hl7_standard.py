@@ -275,3 +275,68 @@ def test_ages_over_89_in_nm_sn_st_observations_become_90_plus(deid, version, vty
     out = deid.deidentify(msg(version, f"OBX|1|{vtype}|{code}^Age^LN||{value}|{unit}"))
     assert field(out, "OBX", 5) == expected
     assert field(out, "OBX", 6) == unit
+
+
+@pytest.mark.parametrize("folder", ["hl7v2", "hl7v2-peer"])
+def test_the_guard_reads_a_segment_whole_exactly_as_field_by_field(deid, folder):
+    """The leak guard searches most segments as one text (`_guard_texts`) and reads fields and paths only
+    when it finds something: for every sample segment as received, alone after its MSH, with the message's
+    known identifiers (and dates a rule wrote, or none), that first search finds a known identifier exactly
+    where the field by field search does, and a known day wherever that finds one with a time."""
+    from fhir_transforms.hl7v2.engine import _guard_texts, _output_strings
+    from fhir_transforms.hl7v2.identifying import dates_with_time, holds_known_day
+    from text_deid import leak_guard
+    outcomes = set()
+    for path in sorted((SHARED / folder).rglob("*.hl7")):
+        try:
+            messages = [m for m in er7.parse_text(er7.decode_bytes(path.read_bytes())) if not m.envelope]
+        except InputError:
+            continue
+        for message in messages:
+            walk = MessageWalk(deid, er7.parse_message(message.to_er7()), set())
+            try:
+                walk.run()
+            except InputError:
+                continue
+            guarded = walk.known_identifiers()[1]
+            for seg in message.segments[1:]:
+                alone = er7.Message([message.segments[0], seg], message.delimiters)
+                for written in (set(), {(2, v) for _, v in walk.written_dates}):
+                    texts = _guard_texts(alone, deid.profile, walk.version, written)
+                    strings = _output_strings(alone, deid.profile, walk.version, written, skip_codes=False)
+                    clean = leak_guard.clean(texts, guarded)
+                    assert clean == (leak_guard.scan(strings, guarded) == []), (path.name, seg.sid)
+                    assert holds_known_day(texts, guarded) or not dates_with_time(strings, guarded)
+                    outcomes.add(clean)
+    assert outcomes == {True, False}
+
+
+def test_the_guard_sets_aside_the_dates_a_rule_wrote_when_it_reads_a_segment_whole(test_key):
+    """Shifted dates (`longitudinal`) written into the output are not read, segment whole or field by field:
+    with each written day made a known one, both searches agree, and find the days only where they are not
+    set aside (or where the same day stands unwritten)."""
+    from fhir_transforms.hl7v2.engine import _guard_texts, _output_strings
+    from fhir_transforms.hl7v2.identifying import dates_with_time, holds_known_day
+    from text_deid import leak_guard
+    from text_deid.spans import KnownIdentifier
+    deid = HL7Deidentifier(load_hl7_profile("longitudinal"), Pseudonymizer(test_key), build_stack("patterns"),
+                           lambda: FIXED_TODAY)
+    checked, found = 0, {True: 0, False: 0}  # set aside or not → messages in which the days are found
+    for path in sorted((SHARED / "hl7v2").glob("*.hl7")):
+        for message in (m for m in er7.parse_text(er7.decode_bytes(path.read_bytes())) if not m.envelope):
+            walk = MessageWalk(deid, message, set())
+            walk.run()
+            walk.finish()
+            days = tuple(KnownIdentifier(f"{v[:4]}-{v[4:6]}-{v[6:8]}", "DATE") for _, v in walk.written_dates
+                         if len(v) >= 8)
+            if not days:
+                continue
+            for written in (walk.written_dates, set()):
+                texts = _guard_texts(message, deid.profile, walk.version, written)
+                strings = _output_strings(message, deid.profile, walk.version, written, skip_codes=False)
+                clean = leak_guard.clean(texts, days)
+                assert clean == (leak_guard.scan(strings, days) == [])
+                assert holds_known_day(texts, days) or not dates_with_time(strings, days)
+                found[bool(written)] += not clean or bool(dates_with_time(strings, days))
+            checked += 1
+    assert checked > 10 and found[False] == checked and found[True] < found[False]

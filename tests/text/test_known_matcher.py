@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from text_deid import leak_guard
-from text_deid.detectors.known_identifiers import (_ALNUM_WHEN_LOWERED, B, DATE_SHAPE_RE, E, MONTHS, date_readings,
-                                                   date_shapes, find_known, find_known_many, forms, occurs_in_any,
-                                                   project)
+from text_deid.detectors.known_identifiers import (_AFTER_LOWER, _ALNUM_WHEN_LOWERED, _BEFORE_LOWER, B, DATE_SHAPE_RE, E,
+                                                   MONTHS, date_readings, date_shapes, find_known, find_known_many,
+                                                   forms, occurs_in_any, project)
 from text_deid.spans import KnownIdentifier
 
 
@@ -79,6 +79,11 @@ def test_projection_folds_case_as_re_does_and_drops_separators():
         assert project(a) == project(b)  # ... and so must the projection
 
 
+def test_ascii_text_projects_as_any_text_does():
+    every_ascii = "".join(map(chr, range(128)))
+    assert project(every_ascii) == every_ascii.translate(_BEFORE_LOWER).lower().translate(_AFTER_LOWER)
+
+
 def test_needles_skip_identifiers_a_text_cannot_hold():
     known = (KnownIdentifier("Ada Lovelace", "NAME"), KnownIdentifier("617-555-0101", "PHONE_NUMBER"))
     assert matched("no identifiers here", known) == []
@@ -108,8 +113,8 @@ def test_the_leak_guard_is_clean_exactly_where_scan_finds_nothing(cases, data):
 def test_date_shapes_try_every_place_a_date_can_start():
     # date_shapes looks for starts in the text lowercased with "İ" and the Kelvin sign set aside: for every
     # code point, that must keep one character one character, keep ASCII letters and digits apart from
-    # the rest, keep digits digits, and turn every letter re.IGNORECASE takes for a month's letter into
-    # that letter (or "ſ" for "s"). Context-dependent lowercasing only chooses between σ and ς.
+    # the rest, keep digits digits, and turn every letter re.IGNORECASE takes for a letter of a month, an
+    # ordinal or "of" into that letter (or "ſ" for "s"). Context-dependent lowercasing only chooses between σ and ς.
     every = "".join(chr(c) for c in range(0x110000) if not 0xD800 <= c < 0xE000)
     ascii_alnum = re.compile(r"[0-9A-Za-z]")
     for c in every:
@@ -118,14 +123,15 @@ def test_date_shapes_try_every_place_a_date_can_start():
         assert bool(ascii_alnum.fullmatch(c)) == bool(re.fullmatch(r"[0-9a-z]", folded)), hex(ord(c))
     for m in re.finditer(r"\d", every):
         assert re.fullmatch(r"\d", m[0].lower()), hex(ord(m[0]))
-    for letter in set("".join(m[:3].lower() for m in MONTHS)):
+    for letter in set("".join(m[:3].lower() for m in MONTHS) + "stndrdthof"):  # and ordinals, "of"
         for m in re.finditer(letter, every, re.IGNORECASE):
             assert m[0].lower() in ({letter, "ſ"} if letter == "s" else {letter}), (letter, hex(ord(m[0])))
 
 
 DATE_TEXT = st.lists(st.sampled_from(["3/7/21", "2021-03-07", "20210307", "March 7, 2021", "7th of Sept '21", "MAR",
                                       "ſep 7 2021", "Jan.", "de", "1", "12", "٣/٧/٢١", "\u212a", "\u0130", "Σ", "x",
-                                      "a", " ", "/", "-", ".", ",", "'", "\n", "\x00", "of", "th", "2"]), max_size=14)
+                                      "a", " ", "/", "-", ".", ",", "'", "\n", "\x00", "of", "th", "2", "ST", "ſt",
+                                      "nd", "OF", "19", "20240101"]), max_size=14)
 
 
 @settings(max_examples=600, deadline=None)

@@ -108,12 +108,15 @@ MONTH_NUMBER = ({m.lower(): i + 1 for i, m in enumerate(MONTHS)} | {m[:3].lower(
 
 
 # DATE_SHAPE_RE is slow to try at every character (IGNORECASE, month names, a look-behind first). A match
-# can only start after a character that is not an ASCII letter or digit, at a digit or at the first three
-# letters of a month, so a case-sensitive search of the lowercased text, which re runs at C speed from a
-# charset, finds every place worth trying. Lowercasing keeps each character one character, and keeps
-# ASCII letters and digits apart from the rest, once "İ" and the Kelvin sign (no month has an i or a k)
-# are set aside; tests/test_known_matcher.py checks this over every code point.
-_DATE_STARTS = re.compile(r"[^0-9a-z](?=\d|" + "|".join(m[:3].lower() for m in MONTHS).replace("sep", "[sſ]ep") + ")")
+# can only start after a character that is not an ASCII letter or digit, at the first three letters of a
+# month, or at digits that begin one of its shapes (a year and its separator, a compact date, a day or month
+# and its separator, a day before a month's name), so a case-sensitive search of the lowercased text, which
+# re runs at C speed, finds every place worth trying. Lowercasing keeps each character one character, and
+# keeps ASCII letters and digits apart from the rest, once "İ" and the Kelvin sign (no month, ordinal or
+# "of" has an i or a k) are set aside; tests/test_known_matcher.py checks this over every code point.
+_MONTH_STARTS = "|".join(m[:3].lower() for m in MONTHS).replace("sep", "[sſ]ep")
+_DATE_STARTS = re.compile(rf"[^0-9a-z](?=\d{{1,2}}[/.\-]|\d{{4}}[/.\-]|(?:19|20)\d{{6}}"
+                          rf"|\d{{1,2}}(?:[sſ]t|nd|rd|th)?\s+(?:of\s+)?(?:{_MONTH_STARTS})|{_MONTH_STARTS})")
 _ALNUM_WHEN_LOWERED = ("\u0130", "\u212a")
 
 
@@ -199,8 +202,26 @@ _BEFORE_LOWER = str.maketrans({"\u0130": "i"})  # "İ": the one letter whose str
 _AFTER_LOWER = str.maketrans({**_EQUIVALENT, **_SEPARATORS})
 
 
+def _ascii_projection() -> tuple[bytes, bytes]:
+    """`_AFTER_LOWER` on ASCII as a bytes.translate table and the characters it deletes: ASCII text projects at
+    C speed (str.translate looks each character up in a dict). Every ASCII character maps to ASCII or nothing."""
+    table, delete = bytearray(range(256)), bytearray()
+    for c in range(128):
+        to = _AFTER_LOWER.get(c, c)
+        if to is None:
+            delete.append(c)
+        else:
+            table[c] = ord(to) if isinstance(to, str) else to
+    return bytes(table), bytes(delete)
+
+
+_ASCII_TABLE, _ASCII_DELETE = _ascii_projection()
+
+
 def project(text: str) -> str:
     """Case-folded as `re.IGNORECASE` compares, separators removed: what the needles are looked up in."""
+    if text.isascii():  # "İ" is not ASCII, and ASCII lowercases to ASCII
+        return text.lower().encode("ascii").translate(_ASCII_TABLE, _ASCII_DELETE).decode("ascii")
     return text.translate(_BEFORE_LOWER).lower().translate(_AFTER_LOWER)
 
 
@@ -240,9 +261,10 @@ class KnownMatcher:
         if not self.candidates:
             return []  # nothing to look for (a text checked without a record): skip projecting the text
         projected = project(text)
+        holds = projected.__contains__
         by_category: dict[str, set[str]] = {}
         for c in self.candidates:
-            if not c.needles or any(n in projected for n in c.needles):
+            if not c.needles or any(map(holds, c.needles)):
                 by_category.setdefault(c.category, set()).update(c.forms)
         return [(category, _alternation(tuple(sorted(alternatives, key=lambda a: (-len(a), a)))))
                 for category, alternatives in sorted(by_category.items())]
