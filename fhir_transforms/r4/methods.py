@@ -18,7 +18,6 @@ from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.r4.schema import Element, elements
 from fhir_transforms.r4 import rendered
 from fhir_transforms.r4.xhtml import Narrative
-from text_deid import replace
 from text_deid.spans import Span
 
 
@@ -66,13 +65,23 @@ YEARS_PER_UNIT = {"a": 1, "yr": 1, "year": 1, "years": 1, "mo": 1 / 12, "month":
                   "d": 1 / 365.25, "day": 1 / 365.25}
 
 
-@dataclass
+@dataclass(slots=True)
 class TextRef:
-    """Texts to send through the text stack, and how to rebuild the element from the spans found in each."""
+    """Texts to send through the text stack, and how to rebuild the element from the spans found in each.
+
+    Most hold one text and no `build`: the element is that text with what was found replaced, and stays as
+    written where nothing is found (the record engine rebuilds it: no closure, nor Site, is held per text)."""
 
     texts: list[str]
-    build: Callable[[list[list[Span]]], Any]
+    build: Callable[[list[list[Span]]], Any] | None = None
     known_only: bool = False  # kept text (a term): searched for the record's known identifiers alone
+
+
+def keeps_what_was_found(ref: TextRef, spans: list[Span]) -> bool:
+    """Whether a term stays as written although `spans` were found in it: one word that is a word of a
+    person's name ("White" beside a patient named White), the code's own word, which the engine marks as
+    written by itself so that the guard lets it be. Any other term found is masked (and labelled MASKED)."""
+    return ref.known_only and _one_name_word(ref.texts[0], spans)
 
 
 def remove(value, site: Site):
@@ -242,7 +251,7 @@ def text(value, site: Site):
         rules_of = {by_target.get(t) or by_target.get("*") for t in targets}
         if len(rules_of) == 1 and None not in rules_of:
             return site.apply_rule_of(rules_of.pop(), value)
-    return TextRef([value], lambda found: replace.apply(value, found[0]))
+    return TextRef([value])
 
 
 def term(value, site: Site):
@@ -250,18 +259,8 @@ def term(value, site: Site):
     display a clinician typed a patient's name into). A CodeableConcept.text that is none of its codings'
     displays (in case and spacing) is free text: through the text stack."""
     if site.owner == "CodeableConcept" and site.element.name == "text" and not _is_a_display(value, site):
-        return TextRef([value], lambda found: replace.apply(value, found[0]))
-
-    def build(found: list[list[Span]]):
-        spans = found[0]
-        if spans and _one_name_word(value, spans):
-            site.generated()  # "White" beside a patient named White: the code's own word, which the guard lets be
-            return value
-        if spans:
-            site.label("MASKED")
-        return replace.apply(value, spans)
-
-    return TextRef([value], build, known_only=True)
+        return TextRef([value])
+    return TextRef([value], known_only=True)  # rebuilt as keeps_what_was_found says
 
 
 def _is_a_display(value: str, site: Site) -> bool:

@@ -14,13 +14,13 @@ from fhir_transforms import dates, known as known_ids
 from fhir_transforms.r4 import rendered, versions
 from fhir_transforms.r4.entries import remove_entries
 from fhir_transforms.errors import DetectorFailed, InputError, LeakFound, OutputInvalid
-from fhir_transforms.r4.methods import TEXT_CONTENT_TYPES
+from fhir_transforms.r4.methods import TEXT_CONTENT_TYPES, keeps_what_was_found
 from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.rules import Profile
 from fhir_transforms.r4.schema import elements, is_resource_type, model_class
 from fhir_transforms.r4.shapes import R4_ONLY
 from fhir_transforms.r4.walker import RecordContext, WrittenSlots, age_limit, stamp_all, walk_record
-from text_deid import leak_guard
+from text_deid import leak_guard, replace
 from text_deid.spans import DetectorError, KnownIdentifier, Span
 from text_deid.stack import TextStack, known_identifiers_only
 
@@ -123,8 +123,10 @@ class Deidentifier:
                       ) -> tuple[list[Finding], int, dict[str, float]]:
         """Send the walk's pending texts through the text stack (kept coded text through `terms`) and write them
         back: (findings, texts read, detector seconds)."""
-        texts = [t for p in ctx.pending if not p.ref.known_only for t in p.ref.texts]
-        terms = [t for p in ctx.pending if p.ref.known_only for t in p.ref.texts]
+        texts: list[str] = []
+        terms: list[str] = []
+        for p in ctx.pending:
+            (terms if p.ref.known_only else texts).extend(p.ref.texts)
         timings: dict[str, float] = {}
         try:
             spans = self.stack.detect_many(texts, known, timings)
@@ -134,15 +136,25 @@ class Deidentifier:
         findings: list[Finding] = []
         at = {False: 0, True: 0}
         for pending in ctx.pending:
-            kind = pending.ref.known_only
-            i, n = at[kind], len(pending.ref.texts)
+            ref = pending.ref
+            kind = ref.known_only
+            i, n = at[kind], len(ref.texts)
             found_in = (term_spans if kind else spans)[i:i + n]
             at[kind] = i + n
+            if ref.build is None and not found_in[0]:  # one text, nothing found (most): it stays as written
+                continue
             for found in found_in:
                 findings.extend(Finding(pending.path, s) for s in found)
-                if found and not kind:  # a term labels itself: it may keep what was found (`term`)
+                if found and not kind:  # a term labels itself: it may keep what was found
                     pending.labels.add("MASKED")
-            pending.write(pending.ref.build(found_in))
+            if ref.build is not None:
+                pending.container[pending.slot] = ref.build(found_in)
+            elif keeps_what_was_found(ref, found_in[0]):
+                ctx.generated.add(pending.container, pending.slot)
+            else:
+                if kind:
+                    pending.labels.add("MASKED")
+                pending.container[pending.slot] = replace.apply(ref.texts[0], found_in[0])
         return findings, len(texts) + len(terms), timings
 
 

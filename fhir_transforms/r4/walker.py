@@ -37,10 +37,11 @@ INLINE_LABEL = "http://hl7.org/fhir/uv/security-label-ds4p/StructureDefinition/e
 METHOD_EXTENSION = "http://deid-adapter.org/fhir/StructureDefinition/deid-method"
 
 
-@dataclass
+@dataclass(slots=True)
 class PendingText:
     ref: TextRef
-    write: Callable[[object], None]
+    container: dict | list  # where the rebuilt value goes: container[slot]
+    slot: object
     path: str
     labels: set[str]  # the owning resource's security labels: MASKED is added if a span is replaced
 
@@ -51,16 +52,28 @@ class WrittenSlots:
     here, so that no other object takes their ids while the record is made."""
 
     def __init__(self) -> None:
-        self.by_id: dict[int, set] = {}  # id(container) → its written keys or indices
+        self.by_id: dict[int, frozenset] = {}  # id(container) → its written keys or indices
         self._containers: list = []
 
     def add(self, container, slot) -> None:
-        written = self.by_id.get(id(container))
+        key = id(container)
+        written = self.by_id.get(key)
         if written is None:
             self._containers.append(container)
-            self.by_id[id(container)] = {slot}
-        else:
-            written.add(slot)
+            self.by_id[key] = _ONE_SLOT.get(slot) or _one_slot(slot)
+        elif slot not in written:
+            self.by_id[key] = written | {slot}
+
+
+_ONE_SLOT: dict = {}  # slot → frozenset({slot}): most containers hold one written slot, and share its set
+_ONE_SLOT_MAX = 1024  # element names and small indices recur; past this many, each gets its own
+
+
+def _one_slot(slot) -> frozenset:
+    one = frozenset((slot,))
+    if len(_ONE_SLOT) < _ONE_SLOT_MAX:
+        _ONE_SLOT[slot] = one
+    return one
 
 
 @dataclass
@@ -111,7 +124,7 @@ class Site:
         self.fpath = fpath  # FHIR path without indices, e.g. Patient.birthDate
         self.container = container  # where the result goes: the parent (slot: the key) or the output list (slot: the index)
         self.slot = slot
-        self.pending_extensions: list = []
+        self.pending_extensions: list | None = None  # made by the first add_primitive_extensions
         self.options = options  # the rule's settings beyond its method
         self.labels: set[str] | None = None  # the labels the method gave this element (kept only for marking)
 
@@ -206,6 +219,8 @@ class Site:
         return bool(codes & p.identifier_remove_types)
 
     def add_primitive_extensions(self, extensions: list[dict]) -> None:
+        if self.pending_extensions is None:
+            self.pending_extensions = []
         self.pending_extensions.extend(extensions)
 
     def reference_targets(self) -> tuple[str, ...]:
@@ -370,7 +385,7 @@ def _patient_of(res: dict, ctx: RecordContext) -> str:
     return ctx.single_patient or ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Step:
     """What the walker does with one JSON key of one element path, worked out once per profile."""
 
@@ -443,7 +458,7 @@ def _walk_complex(node: dict, plan: dict[str, _Step], path: str, ctx: RecordCont
             if result is REMOVE:
                 del node[key]
             elif type(result) is TextRef:
-                ctx.pending.append(PendingText(result, _key_writer(node, key), sub_path, state.labels))
+                ctx.pending.append(PendingText(result, node, key, sub_path, state.labels))
             else:
                 node[key] = result
         else:
@@ -525,10 +540,9 @@ def _walk_values(node: dict, key: str, step: _Step, path: str, ctx: RecordContex
         if result is REMOVE:
             continue
         if type(result) is TextRef:
-            index = len(out)
+            # rebuilt in place once the text stack has read it: in the output list, or (single) in the node
+            ctx.pending.append(PendingText(result, container, slot, item_path, state.labels))
             out.append(value)
-            write = _item_writer(out, index) if is_list else _key_writer(node, key)
-            ctx.pending.append(PendingText(result, write, item_path, state.labels))
         else:
             out.append(result)
     if out:
@@ -602,18 +616,6 @@ def _mark(key: str, result, el: Element, method: str, site: Site, ctx: RecordCon
         result.setdefault("extension", []).extend(marks)
     elif not el.is_list and site.owner not in R4_ONLY and "_" + key in elements(site.owner):
         site.add_primitive_extensions(marks)  # (Resource.id has no `_id` in the models: not marked)
-
-
-def _key_writer(node: dict, key: str) -> Callable[[object], None]:
-    def write(new_value) -> None:
-        node[key] = new_value
-    return write
-
-
-def _item_writer(out: list, index: int) -> Callable[[object], None]:
-    def write(new_value) -> None:
-        out[index] = new_value
-    return write
 
 
 def _check_modifiers(values: list, profile: Profile, path: str) -> None:
