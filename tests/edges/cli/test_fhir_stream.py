@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from typer.testing import CliRunner
 
 from adapter import files
 from adapter.cli.common import EXIT_REFUSED
+from adapter.cli import fhir as fhir_command
 from adapter.cli.main import app
 from fhir_transforms.errors import DetectorFailed
 from fhir_transforms.r4 import stream
@@ -17,6 +20,11 @@ from tests.conftest import FIXED_TODAY, make_engine
 
 SHARED = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "fhir"
 BUNDLE = sorted((SHARED / "synthea-bundles").glob("*.json"))[0]
+
+
+@pytest.fixture(autouse=True)
+def stream_every_bundle(monkeypatch):
+    monkeypatch.setattr(fhir_command, "STREAM_FROM_BYTES", 0)  # the shared Bundles are smaller than the threshold
 
 
 def _run(src: Path, out: Path, key_file: Path):
@@ -50,3 +58,12 @@ def test_a_bundle_refused_after_entries_were_written_out_leaves_nothing(tmp_path
     assert result.exit_code == EXIT_REFUSED, result.output
     assert len(calls) == 3 and "refused" in result.output
     assert list(folder.iterdir()) == []  # neither the output nor a temporary file
+
+
+def test_a_bundle_under_the_threshold_is_done_whole(tmp_path, test_key_file, monkeypatch):
+    monkeypatch.setattr(fhir_command, "STREAM_FROM_BYTES", BUNDLE.stat().st_size + 1)
+    streamed = []
+    monkeypatch.setattr(stream, "deidentify_entries", lambda *a, **k: streamed.append(a))
+    result = _run(BUNDLE, tmp_path / "out.json", test_key_file)
+    assert result.exit_code == 0, result.output
+    assert streamed == [] and (tmp_path / "out.json").exists()
