@@ -7,6 +7,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Callable, Sequence
 
 from text_deid import budget, merge, safe_harbor
@@ -127,34 +128,47 @@ class TextStack:
         unique = list(dict.fromkeys(texts))
         # One deadline for the record: the stack's limit, or the caller's (budget.within) where that is sooner.
         with budget.within(self.timeout_s) as deadline:
-            # Detectors that bound their own time run in this thread while the pool runs the others: handing a
-            # short text to a thread and back costs more than the regular expressions themselves. Pooled ones
-            # get the deadline in their context, and stop at it.
-            pooled = [d for d in self.detectors if not getattr(d, "bounds_own_time", False)]
-            futures = {d.name: self._executor().submit(contextvars.copy_context().run, _run, d, unique, known)
-                       for d in pooled}
-            try:
-                results = {d.name: _result(d.name, lambda: _run(d, unique, known), deadline)
-                           for d in self.detectors if d.name not in futures}
-                for name, future in futures.items():
-                    results[name] = _result(name, lambda: future.result(timeout=_left(deadline)), deadline)
-            finally:
-                for future in futures.values():  # a failed record: what has not started never does
-                    future.cancel()
-            per_detector = []
-            for d in self.detectors:
-                found, seconds = results[d.name]
-                per_detector.append(found)
-                if timings is not None:
-                    timings[d.name] = timings.get(d.name, 0.0) + seconds
+            per_detector = self._run_detectors(unique, known, deadline, timings)
             by_text = {}
             for i, text in enumerate(unique):
                 spans = [s for found in per_detector for s in found[i]]
-                _check_offsets(spans, len(text))
-                for span_filter in self.filters:
-                    spans = span_filter(spans, text)  # the second opinion asks under the deadline too
-                by_text[text] = merge.union(safe_harbor.filter_spans(spans, text))
+                # no spans: nothing to check, and filters only drop spans (most short texts end here)
+                by_text[text] = self._finish(spans, text) if spans else []
         return [by_text[text] for text in texts]
+
+    def _run_detectors(self, unique: list[str], known: tuple[KnownIdentifier, ...], deadline: float | None,
+                       timings: dict[str, float] | None) -> list[list[list[Span]]]:
+        """Each detector's spans per text, in detector order, under the record's deadline."""
+        # Detectors that bound their own time run in this thread while the pool runs the others: handing a
+        # short text to a thread and back costs more than the regular expressions themselves. Pooled ones
+        # get the deadline in their context, and stop at it.
+        pooled = [d for d in self.detectors if not getattr(d, "bounds_own_time", False)]
+        futures = {d.name: self._executor().submit(contextvars.copy_context().run, _run, d, unique, known)
+                   for d in pooled}
+        results = {}
+        try:
+            for d in self.detectors:
+                if d.name not in futures:
+                    results[d.name] = _result(d.name, partial(_run, d, unique, known), deadline)
+            for name, future in futures.items():
+                results[name] = _result(name, lambda: future.result(timeout=_left(deadline)), deadline)
+        finally:
+            for future in futures.values():  # a failed record: what has not started never does
+                future.cancel()
+        per_detector = []
+        for d in self.detectors:
+            found, seconds = results[d.name]
+            per_detector.append(found)
+            if timings is not None:
+                timings[d.name] = timings.get(d.name, 0.0) + seconds
+        return per_detector
+
+    def _finish(self, spans: list[Span], text: str) -> list[Span]:
+        """One text's spans from every detector: checked, filtered, Safe Harbor's keeps dropped, merged."""
+        _check_offsets(spans, len(text))
+        for span_filter in self.filters:
+            spans = span_filter(spans, text)  # the second opinion asks under the deadline too
+        return merge.union(safe_harbor.filter_spans(spans, text))
 
     def detect(self, text: str, known: Sequence[KnownIdentifier] = ()) -> list[Span]:
         return self.detect_many([text], known)[0]
