@@ -42,6 +42,7 @@ class Element:
     required: bool
     required_choice: str = ""  # one type of a required choice (occurrence[x]): its name without the type
     targets: tuple[str, ...] = ()  # a Reference: the resource types it may point to ("Resource": any)
+    model_required: bool = False  # the model requires it (`required` marks required primitives only)
 
 
 def _type_name(annotation) -> tuple[str, bool]:
@@ -88,7 +89,7 @@ def elements(type_name: str, version: str = "r4") -> dict[str, Element]:
         fields = _table(version)["types"][type_name]
     except KeyError:
         raise ValueError(f"{type_name} is not a valid FHIR Model") from None
-    return {key: Element(*field[:5], tuple(field[5])) for key, field in fields.items()}
+    return {key: Element(*field[:5], tuple(field[5]), field[6]) for key, field in fields.items()}
 
 
 @lru_cache(maxsize=4096)
@@ -133,7 +134,7 @@ def read_model(type_name: str, version: str = "r4") -> dict[str, Element]:
         name = key.lstrip("_")
         choice = extra.get("one_of_many", "") if extra.get("one_of_many_required") else ""
         out[key] = Element(name, type_name_, is_list, bool(extra.get("element_required")), choice,
-                           tuple(extra.get("enum_reference_types") or ()))
+                           tuple(extra.get("enum_reference_types") or ()), field.is_required())
     return out
 
 
@@ -157,7 +158,8 @@ def read_models(version: str = "r4") -> dict:
             fields = read_model(name, version)
         except (ValueError, TypeError, AttributeError, KeyError):  # primitives and helpers: no model of elements
             continue
-        types[name] = {key: [el.name, el.type, el.is_list, el.required, el.required_choice, list(el.targets)]
+        types[name] = {key: [el.name, el.type, el.is_list, el.required, el.required_choice, list(el.targets),
+                             el.model_required]
                        for key, el in fields.items()}
         if model_is_resource(name, version):
             resources.append(name)

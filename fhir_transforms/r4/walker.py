@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import date
-from functools import lru_cache
 from types import MappingProxyType
 from typing import Callable, Mapping
 
@@ -19,7 +18,7 @@ from fhir_transforms.r4.methods import DATA_ABSENT, METHODS, REMOVE, TextRef
 from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.rules import Profile, Rule
 from fhir_transforms.known import FULL_DATE_RE
-from fhir_transforms.r4.schema import PRIMITIVES, Element, declared_targets, elements, is_resource_type, model_class
+from fhir_transforms.r4.schema import PRIMITIVES, Element, declared_targets, elements, is_resource_type
 from fhir_transforms.r4.shapes import R4_ONLY, datatype_of, primitive_of
 from text_deid.spans import KnownIdentifier
 
@@ -501,17 +500,16 @@ def _absent_if_required(emptied: dict, step: _Step, ctx: RecordContext) -> bool:
     return True
 
 
-@lru_cache(maxsize=None)
 def _model_requires(owner: str, name: str, version: str) -> bool:
-    """Whether the models require a complex element (the element tables mark required primitives only); asked
+    """Whether the models require a complex element (read from the element table: no model is built); asked
     only of an element the rules emptied."""
     if version == "r4" and owner in R4_ONLY:
         return False
     try:
-        fields = model_class(owner, version).model_fields
-    except (KeyError, ValueError):
+        found = elements(owner, version).get(name)
+    except ValueError:
         return False
-    return any((f.alias or n) == name and f.is_required() for n, f in fields.items())
+    return found is not None and found.model_required
 
 
 def _walk_values(node: dict, key: str, step: _Step, path: str, ctx: RecordContext, state: ResourceState) -> None:

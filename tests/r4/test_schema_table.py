@@ -24,6 +24,9 @@ def test_validation_off_builds_no_model():
             "assert is_resource_type('Patient') and not is_resource_type('HumanName')\n"
             "assert elements('Patient')['birthDate'].type == 'date'\n"
             "assert elements('Encounter', 'r5')['actualPeriod'].type == 'Period'\n"
+            "from fhir_transforms.r4.walker import _model_requires\n"  # an emptied required element, e.g. EOB.insurer
+            "assert _model_requires('ExplanationOfBenefit', 'insurer', 'r4')\n"
+            "assert not _model_requires('ExplanationOfBenefit', 'provider', 'r5')\n"
             "print(json.dumps([m for m in ('fhir.resources', 'pydantic') if m in sys.modules]))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert json.loads(out.stdout) == []
