@@ -235,8 +235,8 @@ class MessageWalk:
         target = self._resolve(rule)
         if isinstance(target, Datatype):
             if target.name in RECORDED_TYPES:
-                esc = self.d.escape  # `_decoded` of each leaf, without a call for each
-                self._record(target.name, [[er7.decode(s, self.d)[0] if esc in s else s for s in c] for c in rep], where)
+                decoded = self._decoded
+                self._record(target.name, [[decoded(s) for s in c] for c in rep], where)
             listed, default = self.deid.components(target)
             for i, comp in enumerate(rep):
                 sub, kind = listed[i] if i < len(listed) else default
