@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import secrets
 import tempfile
 from dataclasses import dataclass
@@ -193,17 +194,35 @@ def _loads(text: str | bytes, where: str) -> dict:
 
 
 def serialize(resources: list[dict], ndjson: bool) -> bytes:
-    """Deterministic bytes: same resources → same bytes."""
+    """Deterministic bytes: same resources → same bytes (those of json.dumps(ensure_ascii=False), compact a
+    line for NDJSON, else indent=2)."""
     if ndjson:
-        return "".join(json.dumps(r, ensure_ascii=False, separators=(",", ":")) + "\n" for r in resources).encode()
+        return b"".join(compact(r) + b"\n" for r in resources)
     # the stdlib writes an indented document in pure Python (8x its compact C encoder); msgspec indents the
     # compact text in C, to the same bytes (json.dump(indent=2, ensure_ascii=False))
-    compact = json.dumps(resources[0], ensure_ascii=False, separators=(",", ":")).encode()
+    text = compact(resources[0])
     try:
-        return msgspec.json.format(compact, indent=2) + b"\n"
+        return msgspec.json.format(text, indent=2) + b"\n"
     except msgspec.DecodeError:  # NaN or Infinity, which json writes and JSON does not have: the stdlib's bytes
-        del compact
+        del text
         return (json.dumps(resources[0], ensure_ascii=False, indent=2) + "\n").encode()
+
+
+_ENCODE = msgspec.json.Encoder().encode
+# Where msgspec's compact text differs from the stdlib's (float.__repr__): a float the stdlib writes with an
+# exponent, below 1e-4 or from 1e16 (msgspec: 0.00001 for 1e-05, 1e16 for 1e+16), and NaN or Infinity (msgspec:
+# null). A text that may hold either is written by the stdlib: null or "0.0000" anywhere (strings included), or
+# an exponent that ends a number (e, digits, then , ] } or the end: in a string the end is a quote). Integers
+# of any size come out the same. (Three searches: one regex of all three is five times slower.)
+_EXPONENT = re.compile(rb"e[-+]?[0-9]+(?:[,\]}]|$)")
+
+
+def compact(doc) -> bytes:
+    """json.dumps(doc, ensure_ascii=False, separators=(",", ":")) as UTF-8, by msgspec's encoder (~10x)."""
+    text = _ENCODE(doc)
+    if b"null" in text or b"0.0000" in text or _EXPONENT.search(text):
+        return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()
+    return text
 
 
 def check_inside(target: Path, root: Path) -> None:
