@@ -36,13 +36,33 @@ INLINE_LABEL = "http://hl7.org/fhir/uv/security-label-ds4p/StructureDefinition/e
 METHOD_EXTENSION = "http://deid-adapter.org/fhir/StructureDefinition/deid-method"
 
 
+# A JSON path is made for every value the walk visits, and read only in an error message or a finding: the
+# walk passes it on as (parent's path, key or index) pairs, and `path_text` writes one out when it is read.
+JsonPath = str | tuple
+
+
+def path_text(path: JsonPath) -> str:
+    """A walk's path written out: Bundle.entry[3].resource.birthDate."""
+    if type(path) is str:
+        return path
+    steps = []
+    while type(path) is tuple:
+        path, step = path
+        steps.append(f"[{step}]" if type(step) is int else f".{step}")
+    return path + "".join(reversed(steps))
+
+
 @dataclass(slots=True)
 class PendingText:
     ref: TextRef
     container: dict | list  # where the rebuilt value goes: container[slot]
     slot: object
-    path: str
+    at: JsonPath
     labels: set[str]  # the owning resource's security labels: MASKED is added if a span is replaced
+
+    @property
+    def path(self) -> str:
+        return path_text(self.at)
 
 
 class WrittenSlots:
@@ -109,23 +129,28 @@ class Site:
     """Where a method is applied: the element, its owner and parent node, its path, and the record context."""
 
     # a plain class with slots: one is made for every value a rule transforms
-    __slots__ = ("ctx", "res", "parent", "owner", "element", "path", "fpath", "container", "slot",
+    __slots__ = ("ctx", "res", "parent", "owner", "element", "at", "fpath", "container", "slot",
                  "pending_extensions", "options", "labels")
 
     def __init__(self, ctx: RecordContext, res: ResourceState, parent: dict, owner: str, element: Element,
-                 path: str, fpath: str, container, slot, options: Mapping = NO_OPTIONS):
+                 at: JsonPath, fpath: str, container, slot, options: Mapping = NO_OPTIONS):
         self.ctx = ctx
         self.res = res
         self.parent = parent
         self.owner = owner
         self.element = element
-        self.path = path  # JSON path, e.g. Bundle.entry[3].resource.birthDate
+        self.at = at  # JSON path (see path_text)
         self.fpath = fpath  # FHIR path without indices, e.g. Patient.birthDate
         self.container = container  # where the result goes: the parent (slot: the key) or the output list (slot: the index)
         self.slot = slot
         self.pending_extensions: list | None = None  # made by the first add_primitive_extensions
         self.options = options  # the rule's settings beyond its method
         self.labels: set[str] | None = None  # the labels the method gave this element (kept only for marking)
+
+    @property
+    def path(self) -> str:
+        """The JSON path, e.g. Bundle.entry[3].resource.birthDate."""
+        return path_text(self.at)
 
     @property
     def pseudo(self) -> Pseudonymizer:
@@ -251,23 +276,23 @@ class Site:
             self.options = own
 
     def walk_into(self, node: dict):
-        _walk_complex(node, _plan(self.ctx.profile, self.element.type, self.fpath, False), self.path, self.ctx, self.res)
+        _walk_complex(node, _plan(self.ctx.profile, self.element.type, self.fpath, False), self.at, self.ctx, self.res)
         return node
 
 
-def walk_record(doc: dict, path: str, ctx: RecordContext) -> None:
+def walk_record(doc: dict, path: JsonPath, ctx: RecordContext) -> None:
     """Apply the profile to a whole record (a Bundle or a resource), knowing what its references point to."""
     ctx.targets.update(references.target_types(doc))
     walk_resource(doc, path, ctx)
 
 
-def walk_resource(res: dict, path: str, ctx: RecordContext, container: ResourceState | None = None) -> ResourceState:
+def walk_resource(res: dict, path: JsonPath, ctx: RecordContext, container: ResourceState | None = None) -> ResourceState:
     """Apply the profile to one resource (and, through the walk, to its contained and entry resources); its state."""
     rtype = res.get("resourceType")
     version = ctx.profile.fhir_version
     by_shape = version == "r4" and rtype in R4_ONLY
     if not isinstance(rtype, str) or not (is_resource_type(rtype, version) or by_shape):
-        raise InputError(f"{path}: resourceType is missing or not an {version.upper()} resource type")
+        raise InputError(f"{path_text(path)}: resourceType is missing or not an {version.upper()} resource type")
     state = ResourceState(rtype, _patient_of(res, ctx), set(), container=container)
     if rtype == "FamilyMemberHistory":
         state.relative_age_limit = age_limit(_relative_birth(res), ctx.clock())
@@ -279,11 +304,11 @@ def walk_resource(res: dict, path: str, ctx: RecordContext, container: ResourceS
     return state
 
 
-def walk_entry(entry, index: int, path: str, ctx: RecordContext, bundle: ResourceState):
+def walk_entry(entry, index: int, path: JsonPath, ctx: RecordContext, bundle: ResourceState):
     """One Bundle entry as the walk of its whole Bundle takes it, at `path`.entry[index] of the output; the
     entry to write, or REMOVE when the rules leave it empty."""
     step = _plan(ctx.profile, "Bundle", "Bundle", True)["entry"]
-    item_path = f"{path}.entry[{index}]"
+    item_path = ((path, "entry"), index)
     if type(entry) is dict:
         _walk_complex(entry, ctx.profile.plans.get(step.walk_into) or _plan(ctx.profile, *step.walk_into), item_path,
                       ctx, bundle)
@@ -297,7 +322,7 @@ def entries_walked_alone(profile: Profile) -> bool:
     return step is not None and step.walk_into is not None and step.element.is_list
 
 
-def _walk_by_shape(node: dict, owner: str, fpath: str, is_resource: bool, path: str, ctx: RecordContext,
+def _walk_by_shape(node: dict, owner: str, fpath: str, is_resource: bool, path: JsonPath, ctx: RecordContext,
                    state: ResourceState) -> None:
     """A resource type the R4B models lack (fhir_transforms/r4/shapes.py): DomainResource's elements as
     usual; each other element's datatype told by its JSON shape, an object of no known shape walked the same way."""
@@ -316,7 +341,7 @@ def _walk_by_shape(node: dict, owner: str, fpath: str, is_resource: bool, path: 
             if not type_name:  # a backbone element: walked by shape here, passed over by _walk_complex below
                 items = value if type(value) is list else [value]
                 for i, item in enumerate(items):
-                    item_path = f"{path}.{key}[{i}]" if type(value) is list else f"{path}.{key}"
+                    item_path = ((path, key), i) if type(value) is list else (path, key)
                     if type(item) is dict:
                         _walk_by_shape(item, owner, sub_fpath, False, item_path, ctx, state)
                 plan[key] = _Step(owner, Element(name, "BackboneElement", type(value) is list, False), None, sub_fpath,
@@ -432,7 +457,7 @@ def _plan(profile: Profile, type_name: str, fpath: str, is_resource: bool) -> di
     return plan
 
 
-def _walk_complex(node: dict, plan: dict[str, _Step], path: str, ctx: RecordContext, state: ResourceState) -> None:
+def _walk_complex(node: dict, plan: dict[str, _Step], path: JsonPath, ctx: RecordContext, state: ResourceState) -> None:
     plans = ctx.profile.plans
     for key in list(node):
         step = plan.get(key)
@@ -446,13 +471,13 @@ def _walk_complex(node: dict, plan: dict[str, _Step], path: str, ctx: RecordCont
         if type(value) in step.kept_as or (step.kept_items and _all_kept(value, step.kept_items)):
             continue
         if step.walk_into and not step.element.is_list and type(value) is dict:  # the commonest complex case
-            _walk_complex(value, plans.get(step.walk_into) or _plan(ctx.profile, *step.walk_into), f"{path}.{key}", ctx, state)
+            _walk_complex(value, plans.get(step.walk_into) or _plan(ctx.profile, *step.walk_into), (path, key), ctx, state)
             if not value and not _absent_if_required(value, step, ctx):
                 del node[key]
         elif step.walk_into and step.element.is_list and type(value) is list:  # codings, identifiers, ...
-            _walk_items(node, key, value, step, f"{path}.{key}", ctx, state)
+            _walk_items(node, key, value, step, (path, key), ctx, state)
         elif step.single_rule and type(value) in step.shape:  # a reference, a date, a text, ...
-            sub_path = f"{path}.{key}"
+            sub_path = (path, key)
             result = _transform(node, key, value, step, sub_path, node, key, ctx, state)
             if result is REMOVE:
                 del node[key]
@@ -469,12 +494,12 @@ def _all_kept(value, kept_items: tuple[type, ...]) -> bool:
     return type(value) is list and bool(value) and all(v is None or type(v) in kept_items for v in value)
 
 
-def _walk_items(node: dict, key: str, items: list, step: _Step, path: str, ctx: RecordContext, state: ResourceState) -> None:
+def _walk_items(node: dict, key: str, items: list, step: _Step, path: JsonPath, ctx: RecordContext, state: ResourceState) -> None:
     """A list of a datatype no rule names: each object is walked, and dropped if the rules leave it empty."""
     plan = ctx.profile.plans.get(step.walk_into) or _plan(ctx.profile, *step.walk_into)
     out: list = []
     for item in items:
-        item_path = f"{path}[{len(out)}]"
+        item_path = (path, len(out))
         if type(item) is dict:
             _walk_complex(item, plan, item_path, ctx, state)
             if item:
@@ -512,9 +537,9 @@ def _model_requires(owner: str, name: str, version: str) -> bool:
     return found is not None and found.model_required
 
 
-def _walk_values(node: dict, key: str, step: _Step, path: str, ctx: RecordContext, state: ResourceState) -> None:
+def _walk_values(node: dict, key: str, step: _Step, path: JsonPath, ctx: RecordContext, state: ResourceState) -> None:
     el, profile = step.element, ctx.profile
-    sub_path = f"{path}.{key}"
+    sub_path = (path, key)
     values = node[key] if type(node[key]) is list else [node[key]]
     if key == "modifierExtension":
         _check_modifiers(values, profile, sub_path)
@@ -527,7 +552,7 @@ def _walk_values(node: dict, key: str, step: _Step, path: str, ctx: RecordContex
     is_list = el.is_list
     for value in values:
         # the index it will have in the output (written slots and text paths must match the output the guard reads)
-        item_path = f"{sub_path}[{len(out)}]" if is_list else sub_path
+        item_path = (sub_path, len(out)) if is_list else sub_path
         if step.walk_into and type(value) is dict:  # a datatype no rule names: only its elements have rules
             _walk_complex(value, profile.plans.get(step.walk_into) or _plan(profile, *step.walk_into), item_path, ctx, state)
             if value:  # an element left empty by the rules is dropped
@@ -549,17 +574,17 @@ def _walk_values(node: dict, key: str, step: _Step, path: str, ctx: RecordContex
         del node[key]
 
 
-def _transform(node: dict, key: str, value, step: _Step, path: str, container, slot, ctx: RecordContext,
+def _transform(node: dict, key: str, value, step: _Step, path: JsonPath, container, slot, ctx: RecordContext,
                state: ResourceState):
     """One value through its rule (or its type's): the new value, a TextRef, or REMOVE (also for an emptied element)."""
     el, rule = step.element, step.rule
     if value is None:
         if not el.is_list:
-            raise InputError(f"{path}: null is not a FHIR value")
+            raise InputError(f"{path_text(path)}: null is not a FHIR value")
         return None  # a null in a list only aligns primitive extensions (`_given: [null, {...}]`)
     if type(value) not in step.shape:
         # only reachable without validation: a wrong JSON shape is bad input, never passed through
-        raise InputError(f"{path}: expected {'a value' if el.type in PRIMITIVE_TYPES else 'an object'} of type {el.type}")
+        raise InputError(f"{path_text(path)}: expected {'a value' if el.type in PRIMITIVE_TYPES else 'an object'} of type {el.type}")
     if rule is not None and rule.test is not None:  # a condition on the element (on a primitive's parent)
         rule = rule.applies(value if type(value) is dict else node)
     if rule is None:
@@ -579,7 +604,7 @@ def _transform(node: dict, key: str, value, step: _Step, path: str, container, s
     except ValueError as e:  # e.g. a malformed date; messages never quote the value
         if isinstance(e, InputError) or rule is None:
             raise
-        raise InputError(f"{path}: {e}") from None
+        raise InputError(f"{path_text(path)}: {e}") from None
     if marking and site.labels and result is not REMOVE and type(result) is not TextRef:
         _mark(key, result, el, rule.method, site, ctx)
     if site.pending_extensions:
@@ -616,11 +641,11 @@ def _mark(key: str, result, el: Element, method: str, site: Site, ctx: RecordCon
         site.add_primitive_extensions(marks)  # (Resource.id has no `_id` in the models: not marked)
 
 
-def _check_modifiers(values: list, profile: Profile, path: str) -> None:
+def _check_modifiers(values: list, profile: Profile, path: JsonPath) -> None:
     for v in values:
         url = v.get("url") if isinstance(v, dict) else None
         if url not in profile.modifier_extension_allow:
-            raise UnknownModifier(f"{path}: unknown modifierExtension (its meaning cannot be kept); "
+            raise UnknownModifier(f"{path_text(path)}: unknown modifierExtension (its meaning cannot be kept); "
                                   "add it to the profile's allow-list")
 
 
