@@ -146,20 +146,21 @@ def _mask_date(site: Site):
 
 def pseudonym(value, site: Site):
     pseudo = site.pseudo
-    if site.element.name == "value" and site.owner == "Identifier":
+    name = site.element.name
+    if name in REFERENCE_ELEMENTS:  # the commonest: references, fullUrls, request urls
+        result = site.rewrite_reference(value)
+    elif name == "value" and site.owner == "Identifier":
         site.record_known(value, identifier_category(site.parent))
         if site.removes_identifier():
             return remove(value, site)
         result = pseudo.identifier(site.parent.get("system"), value)
-    elif site.element.name == "id":
+    elif name == "id":
         site.record_original_ids(value, site.resource_type)
         result = pseudo.resource_id(value)
-    elif site.element.name == "ifNoneExist":
+    elif name == "ifNoneExist":
         for ident in references.query_identifiers(value):
             site.record_known(ident, "UNIQUE_IDENTIFIER")
         result = references.rewrite_query(value, pseudo)
-    elif site.element.name in REFERENCE_ELEMENTS:
-        result = site.rewrite_reference(value)
     else:  # an identifier kept as a plain string (Coverage.subscriberId, ...), namespaced by its path
         site.record_known(value, site.options.get("category", "UNIQUE_IDENTIFIER"))
         result = pseudo.token("value|" + site.fpath, value)

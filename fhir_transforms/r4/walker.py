@@ -345,7 +345,7 @@ def _walk_by_shape(node: dict, owner: str, fpath: str, is_resource: bool, path: 
                     if type(item) is dict:
                         _walk_by_shape(item, owner, sub_fpath, False, item_path, ctx, state)
                 plan[key] = _Step(owner, Element(name, "BackboneElement", type(value) is list, False), None, sub_fpath,
-                                  (dict,), (dict,), (dict,))
+                                  (dict,), (dict,), (dict,), None, False, *_method(None, ctx.profile))
                 continue
         else:
             type_name = primitive_of(first)
@@ -357,7 +357,7 @@ def _walk_by_shape(node: dict, owner: str, fpath: str, is_resource: bool, path: 
         shape = _shape(type_name)
         plan[key] = _Step(owner, el, rule, sub_fpath, shape, shape if kept and not el.is_list else (),
                           shape if kept and el.is_list else (), (type_name, sub_fpath, False) if walk_into else None,
-                          rule is not None and not el.is_list and not conditional)
+                          rule is not None and not el.is_list and not conditional, *_method(rule, ctx.profile))
     _walk_complex(node, {**known, **plan}, path, ctx, state)
     for key, step in plan.items():  # backbone elements the rules left empty are dropped
         if step.element.type == "BackboneElement" and key in node:
@@ -422,6 +422,8 @@ class _Step:
     kept_items: tuple[type, ...] = ()  # the same for a list of primitives
     walk_into: tuple | None = None  # a complex datatype without a rule of its own: the key of its plan
     single_rule: bool = False  # a single value a rule transforms (extensions excepted: allow-list first)
+    method: Callable | None = None  # the rule's method (or the default primitive's), unless the rule has a condition
+    marking: bool = False  # whether the rule marks what it does (`marking`, its own or the profile's)
 
 
 def _shape(type_name: str) -> tuple[type, ...]:
@@ -435,6 +437,20 @@ def _shape(type_name: str) -> tuple[type, ...]:
     if type_name in NUMBER_TYPES:
         return (int, float)
     return (str,)
+
+
+def _method(rule: Rule | None, profile: Profile) -> tuple[Callable | None, bool]:
+    """A step's method and marking, worked out with its plan; (None, False) for a rule with a condition (the
+    rule that applies is known only per value)."""
+    if rule is not None and rule.test is not None:
+        return None, False
+    return _method_of(rule, profile)
+
+
+def _method_of(rule: Rule | None, profile: Profile) -> tuple[Callable, bool]:
+    if rule is None:
+        return METHODS[profile.default_primitive.method], False
+    return METHODS[rule.method], bool(rule.options.get("marking", profile.marking))
 
 
 def _plan(profile: Profile, type_name: str, fpath: str, is_resource: bool) -> dict[str, _Step]:
@@ -452,7 +468,8 @@ def _plan(profile: Profile, type_name: str, fpath: str, is_resource: bool) -> di
             shape = _shape(el.type)
             plan[key] = _Step(type_name, el, rule, sub_fpath, shape, shape if kept and not el.is_list else (),
                               shape if kept and el.is_list else (), (el.type, sub_fpath, False) if walk_into else None,
-                              rule is not None and not el.is_list and el.type != "Extension" and not conditional)
+                              rule is not None and not el.is_list and el.type != "Extension" and not conditional,
+                              *_method(rule, profile))
         profile.plans[cache_key] = plan
     return plan
 
@@ -585,8 +602,10 @@ def _transform(node: dict, key: str, value, step: _Step, path: JsonPath, contain
     if type(value) not in step.shape:
         # only reachable without validation: a wrong JSON shape is bad input, never passed through
         raise InputError(f"{path_text(path)}: expected {'a value' if el.type in PRIMITIVE_TYPES else 'an object'} of type {el.type}")
+    method, marking = step.method, step.marking
     if rule is not None and rule.test is not None:  # a condition on the element (on a primitive's parent)
         rule = rule.applies(value if type(value) is dict else node)
+        method, marking = _method_of(rule, ctx.profile)
     if rule is None:
         if el.type == "Resource":
             walk_resource(value, path, ctx, state if key == "contained" else None)
@@ -596,11 +615,10 @@ def _transform(node: dict, key: str, value, step: _Step, path: JsonPath, contain
             return REMOVE if not value else value
     site = Site(ctx, state, node, step.owner, el, path, step.fpath, container, slot,
                 rule.options if rule is not None else NO_OPTIONS)
-    marking = rule is not None and rule.options.get("marking", ctx.profile.marking)
     if marking:
         site.labels = set()
     try:
-        result = METHODS[rule.method if rule is not None else ctx.profile.default_primitive.method](value, site)
+        result = method(value, site)
     except ValueError as e:  # e.g. a malformed date; messages never quote the value
         if isinstance(e, InputError) or rule is None:
             raise
