@@ -53,16 +53,19 @@ def cli_cpu(folder: Path, work: Path, key: Path, repeat: int) -> float:
     return best
 
 
-def timed(fn, raws: list[str], repeat: int) -> tuple[float, float]:
-    """Best wall seconds and best CPU seconds (all threads of this process) over `repeat` runs."""
-    best_wall = best_cpu = float("inf")
+def timed(fns: dict, raws: list[str], repeat: int) -> dict[str, tuple[float, float]]:
+    """Best wall seconds and best CPU seconds (all threads of this process) of each function over `repeat`
+    rounds. Each round runs every function once, in turn, so that a machine that speeds up or slows down
+    during the run weighs on all of them alike (the ratios compare functions run minutes apart otherwise)."""
+    best = {name: (float("inf"), float("inf")) for name in fns}
     for _ in range(repeat):
-        wall, cpu = time.perf_counter(), time.process_time()
-        for raw in raws:
-            fn(raw)
-        best_wall = min(best_wall, time.perf_counter() - wall)
-        best_cpu = min(best_cpu, time.process_time() - cpu)
-    return best_wall, best_cpu
+        for name, fn in fns.items():
+            wall, cpu = time.perf_counter(), time.process_time()
+            for raw in raws:
+                fn(raw)
+            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+            best[name] = (min(best[name][0], wall), min(best[name][1], cpu))
+    return best
 
 
 def main() -> None:
@@ -102,11 +105,11 @@ def main() -> None:
     def deid_fast_lax(raw):  # what the parse cost before strict input: json.loads, last duplicate key wins
         serialize([fast.deidentify(json.loads(raw), consume=True).resource], False)
 
-    timings = {name: timed(fn, raws, args.repeat) for name, fn in
-               [("json load+dump", json_roundtrip), ("strict json load+dump", strict_roundtrip),
-                ("R4B parse+serialize", r4b_roundtrip), ("de-identify, full validation", deid_full),
-                ("de-identify, validation off", deid_fast), ("  same, plain json.loads", deid_fast_lax)]}
-    print(f"{len(raws)} Synthea bundles, {mb:.2f} MB, best of {args.repeat}, one process")
+    timings = timed({"json load+dump": json_roundtrip, "strict json load+dump": strict_roundtrip,
+                     "R4B parse+serialize": r4b_roundtrip, "de-identify, full validation": deid_full,
+                     "de-identify, validation off": deid_fast, "  same, plain json.loads": deid_fast_lax},
+                    raws, args.repeat)
+    print(f"{len(raws)} Synthea bundles, {mb:.2f} MB, best of {args.repeat} rounds (each runs all in turn), one process")
     print(f"  {'':32s} {'wall s':>7s}  {'MB/s':>7s}  {'CPU s':>7s}  {'MB/CPU-s':>8s}")
     for name, (wall, cpu) in timings.items():
         print(f"  {name:32s} {wall:7.3f}  {mb / wall:7.2f}  {cpu:7.3f}  {mb / cpu:8.2f}")

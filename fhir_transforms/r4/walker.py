@@ -601,7 +601,8 @@ def _transform(node: dict, key: str, value, step: _Step, path: JsonPath, contain
         return None  # a null in a list only aligns primitive extensions (`_given: [null, {...}]`)
     if type(value) not in step.shape:
         # only reachable without validation: a wrong JSON shape is bad input, never passed through
-        raise InputError(f"{path_text(path)}: expected {'a value' if el.type in PRIMITIVE_TYPES else 'an object'} of type {el.type}")
+        kind = "a value" if el.type in PRIMITIVE_TYPES else "an object"
+        raise InputError(f"{path_text(path)}: expected {kind} of type {el.type}")
     method, marking = step.method, step.marking
     if rule is not None and rule.test is not None:  # a condition on the element (on a primitive's parent)
         rule = rule.applies(value if type(value) is dict else node)

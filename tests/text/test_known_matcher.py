@@ -139,3 +139,30 @@ DATE_TEXT = st.lists(st.sampled_from(["3/7/21", "2021-03-07", "20210307", "March
 def test_date_shapes_find_what_the_pattern_finds(parts):
     text = "".join(parts)
     assert [m.span() for m in date_shapes(text)] == [m.span() for m in DATE_SHAPE_RE.finditer(text)]
+
+
+def test_records_asking_in_turn_from_threads_each_get_their_own_matcher():
+    """compile_known recognises the last tuple by identity: records that alternate, from many threads, must
+    still each be matched against their own identifiers (and an empty tuple against none)."""
+    import threading
+
+    records = [(KnownIdentifier(f"Zorbel{i}son", "NAME"), KnownIdentifier(f"55{i:05d}", "MEDICAL_RECORD_NUMBER"))
+               for i in range(12)] + [()]
+    wrong: list[int] = []
+
+    def work(seed: int) -> None:
+        for n in range(300):
+            i = (seed + n) % len(records)
+            known = records[i]
+            for j, other in enumerate(records):
+                text = " ".join(k.value for k in other) or "nothing here"
+                found = bool(find_known(text, known))
+                if found != (i == j and bool(known)):
+                    wrong.append(i)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not wrong

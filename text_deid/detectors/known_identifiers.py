@@ -287,10 +287,25 @@ class KnownMatcher:
         return bool(self.days) and any(date_readings(m) & self.days for m in date_shapes(text))
 
 
-@lru_cache(maxsize=256)
 def compile_known(known: tuple[KnownIdentifier, ...]) -> KnownMatcher:
-    """The matcher for a record's known identifiers, shared by its texts and its leak guard."""
+    """The matcher for a record's known identifiers, shared by its texts and its leak guard. A record asks
+    with one tuple several times (its texts, its terms, its guard): the last tuple is recognised by identity
+    (it is held here, so its id cannot be reused), before the cache hashes every identifier again."""
+    global _LAST_COMPILED
+    last = _LAST_COMPILED
+    if last[0] is known:
+        return last[1]
+    matcher = _compiled(known)
+    _LAST_COMPILED = (known, matcher)  # one assignment: a thread reads the old pair or the new
+    return matcher
+
+
+@lru_cache(maxsize=256)
+def _compiled(known: tuple[KnownIdentifier, ...]) -> KnownMatcher:
     return KnownMatcher(known)
+
+
+_LAST_COMPILED: tuple = (object(), None)  # (the last tuple asked for, its matcher)
 
 
 def find_known(text: str, known: tuple[KnownIdentifier, ...], detector: str = "known") -> list[Span]:
