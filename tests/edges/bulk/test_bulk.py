@@ -6,6 +6,7 @@ import base64
 import json
 import os
 import random
+import re
 import runpy
 import shutil
 import signal
@@ -189,31 +190,47 @@ def journal_entries(out: Path) -> int:
     return max(len(path.read_bytes().splitlines()) - 1, 0) if path.exists() else 0
 
 
+def planned_chunks(log: Path) -> int | None:
+    """The chunk count pass 1 prints ("... 589 resources in 92 chunks ..."), once it has printed it."""
+    found = re.search(r" in (\d+) chunks", log.read_text()) if log.exists() else None
+    return int(found.group(1)) if found else None
+
+
 def test_killed_at_random_points_and_resumed_writes_the_same_bytes(reference, tmp_path, test_key_file):
-    """SIGKILL the whole run (driver and pool) several times, at random moments, then let it finish."""
+    """SIGKILL the whole run (driver and pool) several times, at random moments, then let it finish.
+
+    Kills are placed by the journal's progress, well before the run's last chunk (the whole run takes about a
+    second here): a kill that came after the run had finished would leave nothing to resume."""
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
     out = tmp_path / "out"
     args = [sys.executable, "-m", "adapter.cli", "bulk", str(SAMPLE), str(out), "--key-file", str(test_key_file),
             "--today", TODAY, "--workers", "2", "--stack", "patterns", "--chunk-kb", "8"]
-    chunks = 0
     kills = []
+    log = tmp_path / "attempt.log"
+    total = None
     for attempt in range(3):
-        proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                start_new_session=True)
-        # the first kill lands anywhere in the first seconds (start-up, pass 1 or pass 2); the others once
-        # the journal has passed a random number of chunks, so they land in pass 2
-        target = None if attempt == 0 else journal_entries(out) + rng.randint(1, 8)
-        deadline = time.monotonic() + (rng.uniform(0.5, 4.0) if attempt == 0 else 120)
-        while proc.poll() is None and time.monotonic() < deadline and (target is None or journal_entries(out) < target):
-            time.sleep(0.02)
-        time.sleep(rng.uniform(0, 0.2))
+        with log.open("w") as err:
+            proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+        # the first kill lands early (start-up, pass 1, or the first third of pass 2); the others once the
+        # journal has passed a few more chunks, so they land in pass 2, each long before the last chunk
+        deadline = time.monotonic() + (rng.uniform(0.2, 1.5) if attempt == 0 else 120)
+        first_share = rng.uniform(0.05, 0.3)
+        target = None
+        while proc.poll() is None and time.monotonic() < deadline:
+            total = total or planned_chunks(log)
+            if target is None and total:
+                done = journal_entries(out)
+                target = int(total * first_share) if attempt == 0 else min(done + rng.randint(1, 8), total // 2 + attempt)
+            if target is not None and journal_entries(out) >= target:
+                break
+            time.sleep(0.01)
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             kills.append(journal_entries(out))
-        chunks = max(chunks, journal_entries(out))
-    assert kills and 0 < max(kills), f"no kill landed in pass 2 (seed {seed})"
+    assert total, f"pass 1 did not print its chunk count (seed {seed})"
+    assert len(kills) == 3 and 0 < max(kills) < total, f"kills after {kills} of {total} chunks (seed {seed})"
     done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "resuming" in done.stderr
