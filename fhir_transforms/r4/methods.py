@@ -145,7 +145,6 @@ def _mask_date(site: Site):
 
 
 def pseudonym(value, site: Site):
-    pseudo = site.pseudo
     name = site.element.name
     if name in REFERENCE_ELEMENTS:  # the commonest: references, fullUrls, request urls
         result = site.rewrite_reference(value)
@@ -153,17 +152,17 @@ def pseudonym(value, site: Site):
         site.record_known(value, identifier_category(site.parent))
         if site.removes_identifier():
             return remove(value, site)
-        result = pseudo.identifier(site.parent.get("system"), value)
+        result = site.pseudo.identifier(site.parent.get("system"), value)
     elif name == "id":
         site.record_original_ids(value, site.resource_type)
-        result = pseudo.resource_id(value)
+        result = site.pseudo.resource_id(value)
     elif name == "ifNoneExist":
         for ident in references.query_identifiers(value):
             site.record_known(ident, "UNIQUE_IDENTIFIER")
-        result = references.rewrite_query(value, pseudo)
+        result = references.rewrite_query(value, site.pseudo)
     else:  # an identifier kept as a plain string (Coverage.subscriberId, ...), namespaced by its path
         site.record_known(value, site.options.get("category", "UNIQUE_IDENTIFIER"))
-        result = pseudo.token("value|" + site.fpath, value)
+        result = site.pseudo.token("value|" + site.fpath, value)
     if result is None:
         return remove(value, site)
     site.label("PSEUDED")
@@ -247,12 +246,23 @@ def text(value, site: Site):
     by_target = site.options.get("by_target")
     if by_target:  # Reference.display: the rule of what the reference points to, where all it may point to agree
         targets = site.reference_targets()
-        if targets and all(t in PERSON_TYPES for t in targets):
+        if targets and PERSON_TYPES.issuperset(targets):
             site.record_known(value, "NAME")  # "Dr. Ronny Block" on a reference to a Practitioner
-        rules_of = {by_target.get(t) or by_target.get("*") for t in targets}
-        if len(rules_of) == 1 and None not in rules_of:
-            return site.apply_rule_of(rules_of.pop(), value)
+        rule_key = _rule_of_all(by_target, targets)
+        if rule_key is not None:
+            return site.apply_rule_of(rule_key, value)
     return TextRef([value])
+
+
+def _rule_of_all(by_target: Mapping, targets: tuple[str, ...]) -> str | None:
+    """The rule `by_target` gives every one of `targets` (its own, else "*"), if they all have the same one."""
+    found = None
+    for target in targets:
+        key = by_target.get(target) or by_target.get("*")
+        if key is None or (found is not None and key != found):
+            return None
+        found = key
+    return found
 
 
 def term(value, site: Site):

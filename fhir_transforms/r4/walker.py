@@ -79,7 +79,8 @@ class WrittenSlots:
         written = self.by_id.get(key)
         if written is None:
             self._containers.append(container)
-            self.by_id[key] = _ONE_SLOT.get(slot) or _one_slot(slot)
+            one = _ONE_SLOT.get(slot)
+            self.by_id[key] = one if one is not None else _one_slot(slot)
         elif slot not in written:
             self.by_id[key] = written | {slot}
 
@@ -171,9 +172,9 @@ class Site:
                 if not FULL_DATE_RE.match(value):
                     return
                 value = value[:10]
-            seen = self.ctx.known_seen
-            if (value, category) not in seen:  # dates and ids recur in a record: one KnownIdentifier each
-                seen.add((value, category))
+            seen, key = self.ctx.known_seen, (value, category)
+            if key not in seen:  # dates and ids recur in a record: one KnownIdentifier each
+                seen.add(key)
                 self.ctx.known.add(KnownIdentifier(value, category))
 
     def generated(self) -> None:
@@ -181,16 +182,18 @@ class Site:
 
     def rewrite_reference(self, value: str) -> str | None:
         """references.rewrite, once per distinct value in a record, unless each pseudonym issued is reported."""
-        pseudo, cache = self.ctx.pseudo, self.ctx.references
+        ctx = self.ctx
         if self.owner == "Reference":
-            self.ctx.original_references[id(self.parent)] = value
-        if pseudo.on_issue is not None:
+            ctx.original_references[id(self.parent)] = value
+        if ctx.pseudo.on_issue is not None:
             self.record_original_ids(value)
-            return references.rewrite(value, pseudo)
-        if value not in cache:
-            self.record_original_ids(value)
-            cache[value] = references.rewrite(value, pseudo)
-        return cache[value]
+            return references.rewrite(value, ctx.pseudo)
+        cache = ctx.references
+        if value in cache:
+            return cache[value]
+        self.record_original_ids(value)
+        rewritten = cache[value] = references.rewrite(value, ctx.pseudo)
+        return rewritten
 
     def record_original_ids(self, value: str, rtype: str | None = None) -> None:
         """The ids a rewritten reference (or, with `rtype`, resource id) held are known identifiers: left in
@@ -424,6 +427,14 @@ class _Step:
     single_rule: bool = False  # a single value a rule transforms (extensions excepted: allow-list first)
     method: Callable | None = None  # the rule's method (or the default primitive's), unless the rule has a condition
     marking: bool = False  # whether the rule marks what it does (`marking`, its own or the profile's)
+    # the JSON type of a value walked into as one object (dict) or as a list of objects (list); else None
+    walks_one: type | None = field(init=False, default=None)
+    walks_many: type | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        if self.walk_into:  # (frozen: set once here, so that the walk compares one type per value)
+            object.__setattr__(self, "walks_many" if self.element.is_list else "walks_one",
+                               list if self.element.is_list else dict)
 
 
 def _shape(type_name: str) -> tuple[type, ...]:
@@ -484,18 +495,19 @@ def _walk_complex(node: dict, plan: dict[str, _Step], path: JsonPath, ctx: Recor
                 state.labels.add("REDACTED")
             continue
         value = node[key]
+        value_type = type(value)
         # most primitives (codes, units, values) stay as they are: nothing to rewrite
-        if type(value) in step.kept_as or (step.kept_items and _all_kept(value, step.kept_items)):
+        if value_type in step.kept_as or (step.kept_items and _all_kept(value, step.kept_items)):
             continue
-        if step.walk_into and not step.element.is_list and type(value) is dict:  # the commonest complex case
+        if value_type is step.walks_one:  # the commonest complex case
             _walk_complex(value, plans.get(step.walk_into) or _plan(ctx.profile, *step.walk_into), (path, key), ctx, state)
             if not value and not _absent_if_required(value, step, ctx):
                 del node[key]
-        elif step.walk_into and step.element.is_list and type(value) is list:  # codings, identifiers, ...
+        elif value_type is step.walks_many:  # codings, identifiers, ...
             _walk_items(node, key, value, step, (path, key), ctx, state)
-        elif step.single_rule and type(value) in step.shape:  # a reference, a date, a text, ...
+        elif step.single_rule and value_type in step.shape:  # a reference, a date, a text, ...
             sub_path = (path, key)
-            result = _transform(node, key, value, step, sub_path, node, key, ctx, state)
+            result = _apply(node, key, value, step, step.rule, step.method, step.marking, sub_path, node, key, ctx, state)
             if result is REMOVE:
                 del node[key]
             elif type(result) is TextRef:
@@ -614,6 +626,14 @@ def _transform(node: dict, key: str, value, step: _Step, path: JsonPath, contain
         if type(value) is dict:
             _walk_complex(value, _plan(ctx.profile, el.type, step.fpath, False), path, ctx, state)
             return REMOVE if not value else value
+    return _apply(node, key, value, step, rule, method, marking, path, container, slot, ctx, state)
+
+
+def _apply(node: dict, key: str, value, step: _Step, rule: Rule | None, method: Callable, marking: bool, path: JsonPath,
+           container, slot, ctx: RecordContext, state: ResourceState):
+    """`_transform` once the value's shape is checked and its rule known (a single_rule step's value comes here
+    straight from the walk): the method applied, its marks and extensions added."""
+    el = step.element
     site = Site(ctx, state, node, step.owner, el, path, step.fpath, container, slot,
                 rule.options if rule is not None else NO_OPTIONS)
     if marking:
