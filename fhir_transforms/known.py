@@ -44,6 +44,8 @@ def _person(res: dict) -> Iterable[KnownIdentifier]:
         parts = _strings(name.get("given"), name.get("family"))
         if parts:
             yield KnownIdentifier(" ".join(parts), "NAME")
+        for part in parts if len(parts) > 1 else ():  # each a name in its own right, whatever word it spells
+            yield KnownIdentifier(part, "NAME")        # (titles have their own elements: prefix, suffix)
         for text in _strings(name.get("text")):
             yield KnownIdentifier(text, "NAME")
     for contact in [res] + _dicts(res.get("contact")):

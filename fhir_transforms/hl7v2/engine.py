@@ -515,6 +515,8 @@ class MessageWalk:
             parts = c(first + 1) + c(first + 2) + c(first)  # given, middle, family (with its subcomponents)
             if parts and datatype == "XPN":
                 add(KnownIdentifier(" ".join(parts), "NAME"))
+                for part in parts if len(parts) > 1 else ():  # each a name in its own right, whatever word it
+                    add(KnownIdentifier(part, "NAME"))        # spells (titles have their own components)
             elif parts:
                 self.staff_names.add(" ".join(parts))
         elif datatype == "XON":

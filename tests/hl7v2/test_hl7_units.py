@@ -82,6 +82,16 @@ def test_patient_name_in_narrative_and_z_segment_is_masked(deid):
     assert fields(out, "ZPI")[0] == "ZPI" and len(fields(out, "ZPI")) == 5
 
 
+@pytest.mark.parametrize("family, given", [("Do", "Anh"), ("Miss", "Dana"), ("Smith", "Rev")])
+def test_a_name_that_spells_a_title_is_masked_in_narrative(deid, family, given):
+    """Do is a common family name and also the credential DO: a name's own components are names, whatever
+    word they spell (titles have their own components, XPN.5 and XPN.4)."""
+    pid = PID.replace("Quixote^Donna^Maria", f"{family}^{given}")
+    out = deid.deidentify("\r".join((MSH, pid, f"NTE|1||{given} {family} seen; {family}, {given[0]}. to call")) + "\r")
+    note = fields(out, "NTE")[3]
+    assert family.lower() not in note.lower().replace("[name]", "") and given not in note, note
+
+
 def test_values_and_routing(deid, test_key):
     out = deid.deidentify(msg("PV1|1|I|WARD^12^B|||||||||||||||||VISIT987^^^HOSP^VN|||||||||||||||||||||||||20240101"))
     pid = fields(out, "PID")

@@ -21,9 +21,17 @@ ID_CATEGORIES = {
 B, E = r"(?<![0-9A-Za-z])", r"(?![0-9A-Za-z])"  # word edges that also treat digits as word characters
 
 
-def _name_forms(value: str) -> list[str]:
+def _name_words(value: str) -> list[str]:
+    """A name's words less its titles. A title stands first ("Dr. Adam Smith", "Mr Smith") or ends with a dot
+    ("John Smith Jr."); elsewhere, or alone, a word that spells one is a name: "Anh Do", a family name "Miss"."""
     tokens = [t for t in re.split(r"[\s,]+", value) if t]
-    tokens = [t for t in tokens if t.rstrip(".").lower() not in TITLES]
+    if len(tokens) < 2:
+        return tokens
+    return [t for i, t in enumerate(tokens) if not ((i == 0 or t.endswith(".")) and t.rstrip(".").lower() in TITLES)]
+
+
+def _name_forms(value: str) -> list[str]:
+    tokens = _name_words(value)
     forms = [re.escape(t) for t in tokens if len(t.rstrip(".")) >= 2]
     if len(tokens) >= 2:
         family, given = tokens[-1], tokens[0]
@@ -173,7 +181,7 @@ def _needle_words(known: KnownIdentifier) -> list[str]:
     """
     c, v = known.category, known.value.strip()
     if c == "NAME":
-        tokens = [t for t in re.split(r"[\s,]+", v) if t and t.rstrip(".").lower() not in TITLES]
+        tokens = _name_words(v)
         words = [t for t in tokens if len(t.rstrip(".")) >= 2]
         return words + tokens[-1:] if len(tokens) >= 2 else words  # every multi-token form holds the family name
     if c in ("PHONE_NUMBER", "FAX_NUMBER"):
