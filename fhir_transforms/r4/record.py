@@ -194,7 +194,8 @@ def validate(resource: dict, path: str, version: str = versions.DEFAULT) -> None
     rtype = resource.get("resourceType")
     if version == "r4" and rtype in R4_ONLY:
         return
-    if version == "r4" and rtype == "Bundle" and any(_is_r4_only(e) for e in resource.get("entry", []) or []):
+    entries = resource.get("entry")
+    if version == "r4" and rtype == "Bundle" and isinstance(entries, list) and any(_is_r4_only(e) for e in entries):
         resource = {**resource, "entry": [{**e, "resource": R4_ONLY_PLACEHOLDER} if _is_r4_only(e) else e
                                           for e in resource["entry"]]}
     from pydantic import ValidationError  # pydantic loads with the first validation, not before
@@ -229,15 +230,9 @@ def _is_r4_only(entry) -> bool:
 
 
 def iter_resources(doc: dict) -> Iterator[dict]:
-    """A resource, its contained resources, and for a Bundle every entry's resource (recursively)."""
-    if not isinstance(doc, dict):
-        return
-    yield doc
-    for c in doc.get("contained", []) or []:
-        yield from iter_resources(c)
-    for entry in doc.get("entry", []) or [] if doc.get("resourceType") == "Bundle" else []:
-        if isinstance(entry, dict) and isinstance(entry.get("resource"), dict):
-            yield from iter_resources(entry["resource"])
+    """A resource, its contained resources, and for a Bundle every entry's resource (recursively). Without
+    validation any JSON value may stand where a list should (`"entry": 1`): the walk reports it as bad input."""
+    return versions.resources_of(doc)
 
 
 def output_strings(node, generated: WrittenSlots, path: str) -> list[tuple[str, str]]:

@@ -101,16 +101,21 @@ def target_types(doc: dict) -> dict[str, str]:
 def _add_targets(res, found: dict[str, str]) -> None:
     if not isinstance(res, dict) or not isinstance(res.get("resourceType"), str):
         return
-    for contained in res.get("contained") or ():
+    for contained in _listed(res.get("contained")):
         if isinstance(contained, dict) and isinstance(contained.get("id"), str):
             found[f"#{contained['id']}"] = str(contained.get("resourceType"))
         _add_targets(contained, found)
     if res["resourceType"] == "Bundle":
-        for entry in res.get("entry") or ():
+        for entry in _listed(res.get("entry")):
             inner = entry.get("resource") if isinstance(entry, dict) else None
             if isinstance(inner, dict) and isinstance(entry.get("fullUrl"), str):
                 found[entry["fullUrl"]] = str(inner.get("resourceType"))
             _add_targets(inner, found)
+
+
+def _listed(value) -> list | tuple:
+    """A list as it is; any other value (before validation, `"entry": 1`) as no items: the walk reports it."""
+    return value if isinstance(value, list) else ()
 
 
 def target_type(reference, type_uri, targets: dict[str, str]) -> str | None:

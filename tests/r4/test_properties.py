@@ -98,3 +98,15 @@ def test_without_validation_bad_shapes_are_input_errors_never_crashes(test_key, 
         engine.deidentify(doc)
     except (InputError, RecordRefused):
         pass
+
+
+@pytest.mark.parametrize("validate", [True, False])
+@pytest.mark.parametrize("doc", [
+    {"resourceType": "Bundle", "entry": 1}, {"resourceType": "Bundle", "entry": "x"}, {"resourceType": "Patient", "contained": 1},
+    {"resourceType": "Bundle", "entry": [{"resource": {"resourceType": "Patient", "contained": 1}}]}])
+@pytest.mark.parametrize("version", [None, "auto"])
+def test_an_entry_or_contained_that_is_no_list_is_bad_input(test_key, doc, validate, version):
+    """Found by the HTTP fuzz test (a 500): the record's resources, reference targets and the R4-only check
+    read `entry` and `contained` before anything has checked that they are lists."""
+    with pytest.raises(InputError):
+        make_engine(test_key, validate=validate).deidentify(doc, fhir_version=version)
