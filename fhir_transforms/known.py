@@ -20,10 +20,20 @@ NAME_EXTENSIONS = {"http://hl7.org/fhir/StructureDefinition/patient-mothersMaide
 def identifier_category(identifier: dict) -> str:
     if identifier.get("system") == "http://hl7.org/fhir/sid/us-ssn":
         return "SOCIAL_SECURITY_NUMBER"
-    for coding in (identifier.get("type") or {}).get("coding", []) or []:
-        if coding.get("code") in IDENTIFIER_CATEGORY:
-            return IDENTIFIER_CATEGORY[coding["code"]]
+    for code in type_codes(identifier):
+        if code in IDENTIFIER_CATEGORY:
+            return IDENTIFIER_CATEGORY[code]
     return "UNIQUE_IDENTIFIER"
+
+
+def type_codes(identifier: dict) -> list[str]:
+    """The codes of an Identifier's type, in order; without validation any JSON value may stand anywhere, and
+    what is not a list of codings with string codes gives none."""
+    concept = identifier.get("type")
+    codings = concept.get("coding") if isinstance(concept, dict) else None
+    if not isinstance(codings, list):
+        return []
+    return [c["code"] for c in codings if isinstance(c, dict) and isinstance(c.get("code"), str)]
 
 
 def _dicts(value) -> list[dict]:
@@ -52,15 +62,17 @@ def _person(res: dict) -> Iterable[KnownIdentifier]:
         if contact is not res:
             yield from _person({"name": contact.get("name")})
         for t in _dicts(contact.get("telecom")):
+            system = t.get("system")
             for value in _strings(t.get("value")):
-                yield KnownIdentifier(value, TELECOM_CATEGORY.get(t.get("system"), "PHONE_NUMBER"))
+                yield KnownIdentifier(value, TELECOM_CATEGORY.get(system, "PHONE_NUMBER") if isinstance(system, str)
+                                      else "PHONE_NUMBER")
         for a in _dicts(contact.get("address")):
             for v in _strings(a.get("line"), a.get("city"), a.get("district"), a.get("text"), a.get("postalCode")):
                 yield KnownIdentifier(v, "GEOGRAPHIC_LOCATION")
     for rid in _strings(res.get("id")):
         yield KnownIdentifier(rid, "UNIQUE_IDENTIFIER")
     for ext in _dicts(res.get("extension")):
-        if ext.get("url") in NAME_EXTENSIONS:
+        if isinstance(ext.get("url"), str) and ext["url"] in NAME_EXTENSIONS:
             for v in _strings(ext.get("valueString")):
                 yield KnownIdentifier(v, "NAME")
 
@@ -73,6 +85,6 @@ def collect(resources: Iterable[dict]) -> set[KnownIdentifier]:
     """
     found: set[KnownIdentifier] = set()
     for res in resources:
-        if res.get("resourceType") in PEOPLE:
+        if isinstance(res.get("resourceType"), str) and res["resourceType"] in PEOPLE:
             found.update(_person(res))
     return found

@@ -12,7 +12,7 @@ from fhir_transforms import dates, values, zipcodes
 from fhir_transforms.r4 import references
 from fhir_transforms.errors import InputError
 from fhir_transforms.fpe import FpeFallback, fpe_format, selects
-from fhir_transforms.known import PERSON_TYPES, identifier_category
+from fhir_transforms.known import PERSON_TYPES, identifier_category, type_codes
 from fhir_transforms.methods import check_implemented
 from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.r4.schema import Element, elements
@@ -176,8 +176,7 @@ def fpe(value, site: Site):
         site.record_known(value, identifier_category(site.parent))
         if site.removes_identifier():
             return remove(value, site)
-        codes = {c.get("code") or "" for c in (site.parent.get("type") or {}).get("coding", []) or []}
-        if not selects(site.options, codes):
+        if not selects(site.options, set(type_codes(site.parent))):
             return pseudonym(value, site)
         result = site.pseudo.identifier_fpe(site.parent.get("system"), value, fpe_format(site.options))
     elif site.element.name == "id" or site.element.name == "ifNoneExist" or site.element.name in REFERENCE_ELEMENTS:
@@ -278,7 +277,8 @@ def _is_a_display(value: str, site: Site) -> bool:
     """Whether a CodeableConcept.text is one of its codings' displays, which the rules keep as terms too."""
     if site.method_of("Coding.display") not in ("term", "keep"):
         return False
-    displays = {_folded(c["display"]) for c in site.parent.get("coding") or ()
+    codings = site.parent.get("coding")
+    displays = {_folded(c["display"]) for c in (codings if type(codings) is list else ())
                 if type(c) is dict and type(c.get("display")) is str}
     return _folded(value) in displays
 

@@ -17,7 +17,7 @@ from fhir_transforms.errors import InputError, UnknownModifier
 from fhir_transforms.r4.methods import DATA_ABSENT, METHODS, REMOVE, TextRef
 from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.rules import Profile, Rule
-from fhir_transforms.known import FULL_DATE_RE
+from fhir_transforms.known import FULL_DATE_RE, type_codes
 from fhir_transforms.r4.schema import PRIMITIVES, Element, declared_targets, elements, is_resource_type
 from fhir_transforms.r4.shapes import R4_ONLY, datatype_of, primitive_of
 from text_deid.spans import KnownIdentifier
@@ -240,10 +240,10 @@ class Site:
 
     def removes_identifier(self) -> bool:
         p = self.ctx.profile
-        if self.parent.get("system") in p.identifier_remove_systems:
+        system = self.parent.get("system")
+        if isinstance(system, str) and system in p.identifier_remove_systems:
             return True
-        codes = {c.get("code") for c in (self.parent.get("type") or {}).get("coding", []) or []}
-        return bool(codes & p.identifier_remove_types)
+        return not p.identifier_remove_types.isdisjoint(type_codes(self.parent))
 
     def add_primitive_extensions(self, extensions: list[dict]) -> None:
         if self.pending_extensions is None:
@@ -293,7 +293,7 @@ def walk_resource(res: dict, path: JsonPath, ctx: RecordContext, container: Reso
     """Apply the profile to one resource (and, through the walk, to its contained and entry resources); its state."""
     rtype = res.get("resourceType")
     version = ctx.profile.fhir_version
-    by_shape = version == "r4" and rtype in R4_ONLY
+    by_shape = version == "r4" and isinstance(rtype, str) and rtype in R4_ONLY
     if not isinstance(rtype, str) or not (is_resource_type(rtype, version) or by_shape):
         raise InputError(f"{path_text(path)}: resourceType is missing or not an {version.upper()} resource type")
     state = ResourceState(rtype, _patient_of(res, ctx), set(), container=container)
@@ -573,7 +573,7 @@ def _walk_values(node: dict, key: str, step: _Step, path: JsonPath, ctx: RecordC
     if key == "modifierExtension":
         _check_modifiers(values, profile, sub_path)
     if el.type == "Extension":
-        allowed = [v for v in values if type(v) is dict and v.get("url") in profile.extension_allow]
+        allowed = [v for v in values if type(v) is dict and type(v.get("url")) is str and v["url"] in profile.extension_allow]
         if len(allowed) != len(values):
             state.labels.add("REDACTED")
         values = allowed

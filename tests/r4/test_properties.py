@@ -2,6 +2,7 @@
 no known identifier survives in narrative."""
 from __future__ import annotations
 
+import re
 import string
 
 import pytest
@@ -56,6 +57,11 @@ def test_every_reference_still_resolves_and_output_is_deterministic(test_key, bu
         assert after["resource"]["id"] != before["resource"]["id"]
 
 
+def narrative_text(div: str) -> str:
+    """A div's text, lowercased, without its markup (a name "TML" is in every div's xmlns, ...xhtml)."""
+    return re.sub(r"<[^>]*>", " ", div).lower()
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(given_name=words, family=words,
        filler=st.lists(st.sampled_from(["pt", "seen", "today", "with", "cough", ",", "."]), max_size=8))
@@ -64,7 +70,7 @@ def test_no_known_name_survives_in_narrative(test_key, given_name, family, fille
     note = " ".join(filler + [given_name, family.upper(), "and", f"{family}, {given_name}", f"{given_name[0]}. {family}"])
     patient = {"resourceType": "Patient", "id": "p", "name": [{"family": family, "given": [given_name]}],
                "text": {"status": "generated", "div": f'<div xmlns="http://www.w3.org/1999/xhtml">{note}</div>'}}
-    div = engine.deidentify(patient).resource["text"]["div"].lower()
+    div = narrative_text(engine.deidentify(patient).resource["text"]["div"])
     assert family.lower() not in div.replace("[name]", "")
     assert given_name.lower() not in div.replace("[name]", "")
 
@@ -77,7 +83,7 @@ def test_a_name_that_spells_a_title_is_masked_in_narrative(test_key, given_name,
     note = f"Dr. {given_name} {family} and {family.upper()}, {given_name}; {given_name[0]}. {family} seen"
     patient = {"resourceType": "Patient", "id": "p", "name": [{"family": family, "given": [given_name]}],
                "text": {"status": "generated", "div": f'<div xmlns="http://www.w3.org/1999/xhtml">{note}</div>'}}
-    div = engine.deidentify(patient).resource["text"]["div"].lower().replace("[name]", "")
+    div = narrative_text(engine.deidentify(patient).resource["text"]["div"]).replace("[name]", "")
     assert family.lower() not in div and given_name.lower() not in div, div
 
 
@@ -110,3 +116,26 @@ def test_an_entry_or_contained_that_is_no_list_is_bad_input(test_key, doc, valid
     read `entry` and `contained` before anything has checked that they are lists."""
     with pytest.raises(InputError):
         make_engine(test_key, validate=validate).deidentify(doc, fhir_version=version)
+
+
+
+@pytest.mark.parametrize("validate", [True, False])
+@pytest.mark.parametrize("doc", [
+    {"resourceType": ["Patient"]}, {"resourceType": {"reference": "x"}, "id": "1"},
+    {"resourceType": "Patient", "extension": [{"url": {"a": 1}, "valueString": "x"}]},
+    {"resourceType": "Patient", "extension": [{"url": [], "valueString": "x"}]},
+    {"resourceType": "Patient", "telecom": [{"system": [], "value": "555-123-4567"}]},
+    {"resourceType": "Patient", "identifier": [{"type": "MR", "value": "12345678"}]},
+    {"resourceType": "Patient", "identifier": [{"type": {"coding": 1}, "value": "12345678"}]},
+    {"resourceType": "Patient", "identifier": [{"type": {"coding": [1, {"code": []}]}, "value": "12345678"}]},
+    {"resourceType": "Patient", "identifier": [{"system": {"a": 1}, "value": "12345678"}]},
+    {"resourceType": "Observation", "status": "final", "code": {"coding": 1, "text": "Blood pressure"}},
+])
+def test_a_value_of_the_wrong_json_shape_is_bad_input_never_a_crash(test_key, doc, validate):
+    """Found by mutating the shared samples' resources (a value replaced by one of another JSON type): the
+    known-identifier collector, identifier types and systems, extension urls and resource types were read as
+    strings before anything had checked that they were (TypeError, AttributeError: a 500 over HTTP)."""
+    try:
+        make_engine(test_key, validate=validate).deidentify(doc)
+    except (InputError, RecordRefused):
+        pass
