@@ -2,13 +2,16 @@
 no known identifier survives in narrative."""
 from __future__ import annotations
 
+import copy
+import json
+import random
 import re
 import string
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from tests.conftest import make_engine
+from tests.conftest import SHARED, make_engine
 from fhir_transforms.errors import InputError, RecordRefused
 
 ids = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9\-.]{0,20}", fullmatch=True)
@@ -139,3 +142,41 @@ def test_a_value_of_the_wrong_json_shape_is_bad_input_never_a_crash(test_key, do
         make_engine(test_key, validate=validate).deidentify(doc)
     except (InputError, RecordRefused):
         pass
+
+
+MUTANTS = [None, 1, -1, 0.5, True, "", "x", "2020-13-45", "urn:uuid:", "#", "Patient/", [], {}, [None], [1], [{}],
+           {"a": 1}, "<div>x</div>", [[]], {"reference": 1}, {"resourceType": "Patient"}, {"resourceType": 1}]
+
+
+def _paths(node, here=()):
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for k, v in items:
+        yield here + (k,)
+        yield from _paths(v, here + (k,))
+
+
+def test_mutated_sample_resources_are_bad_input_never_a_crash(test_key):
+    """The shared samples' resources with one to three values replaced by values of other JSON types, without
+    validation (where the engine reads unchecked shapes): each is de-identified or refused as bad input."""
+    seed = random.randrange(1 << 30)
+    rng = random.Random(seed)
+    resources = []
+    for path in sorted((SHARED / "fhir").rglob("*.json")):
+        doc = json.loads(path.read_text())
+        entries = doc.get("entry", []) if doc.get("resourceType") == "Bundle" else [{"resource": doc}]
+        resources += [e["resource"] for e in entries[:20] if isinstance(e.get("resource"), dict)]
+    engine = make_engine(test_key, validate=False)
+    for _ in range(300):
+        doc = copy.deepcopy(rng.choice(resources))
+        for _ in range(rng.randint(1, 3)):
+            where = rng.choice(list(_paths(doc)) or [("id",)])
+            node = doc
+            for step in where[:-1]:
+                node = node[step]
+            node[where[-1]] = copy.deepcopy(rng.choice(MUTANTS))
+        try:
+            engine.deidentify(doc, fhir_version=rng.choice([None, "auto"]))
+        except (InputError, RecordRefused):
+            pass
+        except Exception as e:  # noqa: BLE001 - the failure names the seed that reproduces it
+            raise AssertionError(f"{type(e).__name__} on a mutated {doc.get('resourceType')!r} (seed {seed})") from e
