@@ -94,10 +94,8 @@ def _quick(text: str | bytes) -> object:
         doc = _DECODE(text)
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return _UNSURE
-    if type(text) is str:
-        if "\\u003" in text or text.count(":") != _ENCODE(doc).count(b":"):
-            return _UNSURE
-    elif b"\\u003" in text or text.count(b":") != _ENCODE(doc).count(b":"):
+    colon, escaped = (":", "\\u003") if type(text) is str else (b":", b"\\u003")
+    if escaped in text or text.count(colon) != _ENCODE(doc).count(b":"):
         return _UNSURE
     return doc
 

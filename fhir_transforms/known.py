@@ -26,6 +26,12 @@ def identifier_category(identifier: dict) -> str:
     return "UNIQUE_IDENTIFIER"
 
 
+def is_one_of(value, names: frozenset[str] | set[str] | dict) -> bool:
+    """Whether a JSON value is one of `names`: before validation any value (a list, an object) may stand where
+    a code or url belongs, and only a string is one."""
+    return type(value) is str and value in names
+
+
 def type_codes(identifier: dict) -> list[str]:
     """The codes of an Identifier's type, in order; without validation any JSON value may stand anywhere, and
     what is not a list of codings with string codes gives none."""
@@ -63,16 +69,16 @@ def _person(res: dict) -> Iterable[KnownIdentifier]:
             yield from _person({"name": contact.get("name")})
         for t in _dicts(contact.get("telecom")):
             system = t.get("system")
+            category = TELECOM_CATEGORY[system] if is_one_of(system, TELECOM_CATEGORY) else "PHONE_NUMBER"
             for value in _strings(t.get("value")):
-                yield KnownIdentifier(value, TELECOM_CATEGORY.get(system, "PHONE_NUMBER") if isinstance(system, str)
-                                      else "PHONE_NUMBER")
+                yield KnownIdentifier(value, category)
         for a in _dicts(contact.get("address")):
             for v in _strings(a.get("line"), a.get("city"), a.get("district"), a.get("text"), a.get("postalCode")):
                 yield KnownIdentifier(v, "GEOGRAPHIC_LOCATION")
     for rid in _strings(res.get("id")):
         yield KnownIdentifier(rid, "UNIQUE_IDENTIFIER")
     for ext in _dicts(res.get("extension")):
-        if isinstance(ext.get("url"), str) and ext["url"] in NAME_EXTENSIONS:
+        if is_one_of(ext.get("url"), NAME_EXTENSIONS):
             for v in _strings(ext.get("valueString")):
                 yield KnownIdentifier(v, "NAME")
 
@@ -85,6 +91,6 @@ def collect(resources: Iterable[dict]) -> set[KnownIdentifier]:
     """
     found: set[KnownIdentifier] = set()
     for res in resources:
-        if isinstance(res.get("resourceType"), str) and res["resourceType"] in PEOPLE:
+        if is_one_of(res.get("resourceType"), PEOPLE):
             found.update(_person(res))
     return found

@@ -664,8 +664,7 @@ class HL7Deidentifier:
     # per rule (by identity: the profile's own objects, held here so that an id is never another's), worked out
     # once: what `run` does with a field, the resolved rule of each component of a datatype, OBX-5 age rules
     _kinds: dict[int, tuple[Rule, str]] = field(default_factory=dict, init=False, repr=False, compare=False)
-    _components: dict[int, tuple[Datatype, tuple, tuple]] = field(default_factory=dict, init=False, repr=False,
-                                                                  compare=False)
+    _components: dict[int, tuple[Datatype, tuple]] = field(default_factory=dict, init=False, repr=False, compare=False)
     _age_rules: dict[int, tuple[Rule, Rule]] = field(default_factory=dict, init=False, repr=False, compare=False)
     _plans: dict[tuple[str, str], dict[int, tuple[Rule, str]]] = field(default_factory=dict, init=False, repr=False,
                                                                       compare=False)
@@ -684,10 +683,7 @@ class HL7Deidentifier:
         """What `MessageWalk.run` does with a field ruled by `rule`: CONDITIONAL (a site rule's condition), KEEP,
         CHECKED (kept, and checked for the patient's identifiers), CLEARS (every leaf emptied and nothing
         recorded: a plain `remove`, or a datatype `_record` does not read whose every component is one), or WALK."""
-        found = self._kinds.get(id(rule))
-        if found is None:
-            found = self._kinds[id(rule)] = (rule, self._field_kind(rule))
-        return found[1]
+        return _once(self._kinds, rule, self._field_kind)
 
     def _field_kind(self, rule: Rule) -> str:
         if rule.where is not None:
@@ -705,12 +701,12 @@ class HL7Deidentifier:
     def components(self, datatype: Datatype) -> tuple[tuple, tuple]:
         """((resolved rule, REMOVE, KEEP or WALK) of each listed component, in order, then the same of the
         datatype's default for the components after them)."""
-        found = self._components.get(id(datatype))
-        if found is None:
-            listed = tuple(self._component_kind(datatype.components.get(i, datatype.default))
-                           for i in range(1, max(datatype.components, default=0) + 1))
-            found = self._components[id(datatype)] = (datatype, listed, self._component_kind(datatype.default))
-        return found[1], found[2]
+        return _once(self._components, datatype, self._component_kinds)
+
+    def _component_kinds(self, datatype: Datatype) -> tuple[tuple, tuple]:
+        listed = tuple(self._component_kind(datatype.components.get(i, datatype.default))
+                       for i in range(1, max(datatype.components, default=0) + 1))
+        return listed, self._component_kind(datatype.default)
 
     def _component_kind(self, rule: Rule) -> tuple[Rule | Datatype, str]:
         sub = self.profile.resolve(rule)
@@ -718,10 +714,7 @@ class HL7Deidentifier:
 
     def age_perturb(self, nm: Rule) -> Rule:
         """The OBX-5 rule of an age in years where the profile perturbs numbers (NM): the NM rule's, as an age."""
-        found = self._age_rules.get(id(nm))
-        if found is None:
-            found = self._age_rules[id(nm)] = (nm, Rule(method="perturb", options={**nm.options, "age": True}))
-        return found[1]
+        return _once(self._age_rules, nm, lambda rule: Rule(method="perturb", options={**rule.options, "age": True}))
 
     def deidentify(self, message: str) -> str:
         """One ER7 message in, its de-identified ER7 out (segments ended by \\r).
@@ -821,6 +814,15 @@ def _plain_remove(target: Rule | Datatype) -> bool:
 
 def _plain_keep(target: Rule | Datatype) -> bool:
     return isinstance(target, Rule) and target.method == "keep" and not target.options.get("checked")
+
+
+def _once(cache: dict[int, tuple], key, make: Callable):
+    """`make(key)`, worked out once per object `key` (by identity: rules compare without their options; the
+    object is held beside its answer, so that its id is never another's)."""
+    found = cache.get(id(key))
+    if found is None:
+        found = cache[id(key)] = (key, make(key))
+    return found[1]
 
 
 @lru_cache(maxsize=64)

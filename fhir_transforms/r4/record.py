@@ -192,7 +192,7 @@ def validate(resource: dict, path: str, version: str = versions.DEFAULT) -> None
     The R4 types R4B dropped have no model (fhir_transforms/r4/shapes.py): a Bundle's entries of those
     types are held by a placeholder while the Bundle is checked."""
     rtype = resource.get("resourceType")
-    if version == "r4" and isinstance(rtype, str) and rtype in R4_ONLY:
+    if version == "r4" and known_ids.is_one_of(rtype, R4_ONLY):
         return
     entries = resource.get("entry")
     if version == "r4" and rtype == "Bundle" and isinstance(entries, list) and any(_is_r4_only(e) for e in entries):
@@ -226,7 +226,7 @@ def _other_version_hint(resource: dict, version: str) -> str:
 
 def _is_r4_only(entry) -> bool:
     resource = entry.get("resource") if isinstance(entry, dict) else None
-    return isinstance(resource, dict) and isinstance(resource.get("resourceType"), str) and resource["resourceType"] in R4_ONLY
+    return isinstance(resource, dict) and known_ids.is_one_of(resource.get("resourceType"), R4_ONLY)
 
 
 def iter_resources(doc: dict) -> Iterator[dict]:

@@ -17,7 +17,7 @@ from fhir_transforms.errors import InputError, UnknownModifier
 from fhir_transforms.r4.methods import DATA_ABSENT, METHODS, REMOVE, TextRef
 from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.rules import Profile, Rule
-from fhir_transforms.known import FULL_DATE_RE, type_codes
+from fhir_transforms.known import FULL_DATE_RE, is_one_of, type_codes
 from fhir_transforms.r4.schema import PRIMITIVES, Element, declared_targets, elements, is_resource_type
 from fhir_transforms.r4.shapes import R4_ONLY, datatype_of, primitive_of
 from text_deid.spans import KnownIdentifier
@@ -240,8 +240,7 @@ class Site:
 
     def removes_identifier(self) -> bool:
         p = self.ctx.profile
-        system = self.parent.get("system")
-        if isinstance(system, str) and system in p.identifier_remove_systems:
+        if is_one_of(self.parent.get("system"), p.identifier_remove_systems):
             return True
         return not p.identifier_remove_types.isdisjoint(type_codes(self.parent))
 
@@ -293,7 +292,7 @@ def walk_resource(res: dict, path: JsonPath, ctx: RecordContext, container: Reso
     """Apply the profile to one resource (and, through the walk, to its contained and entry resources); its state."""
     rtype = res.get("resourceType")
     version = ctx.profile.fhir_version
-    by_shape = version == "r4" and isinstance(rtype, str) and rtype in R4_ONLY
+    by_shape = version == "r4" and is_one_of(rtype, R4_ONLY)
     if not isinstance(rtype, str) or not (is_resource_type(rtype, version) or by_shape):
         raise InputError(f"{path_text(path)}: resourceType is missing or not an {version.upper()} resource type")
     state = ResourceState(rtype, _patient_of(res, ctx), set(), container=container)
@@ -348,7 +347,7 @@ def _walk_by_shape(node: dict, owner: str, fpath: str, is_resource: bool, path: 
                     if type(item) is dict:
                         _walk_by_shape(item, owner, sub_fpath, False, item_path, ctx, state)
                 plan[key] = _Step(owner, Element(name, "BackboneElement", type(value) is list, False), None, sub_fpath,
-                                  (dict,), (dict,), (dict,), None, False, *_method(None, ctx.profile))
+                                  (dict,), (dict,), (dict,), None, False, *_method_of(None, ctx.profile))
                 continue
         else:
             type_name = primitive_of(first)
@@ -360,7 +359,7 @@ def _walk_by_shape(node: dict, owner: str, fpath: str, is_resource: bool, path: 
         shape = _shape(type_name)
         plan[key] = _Step(owner, el, rule, sub_fpath, shape, shape if kept and not el.is_list else (),
                           shape if kept and el.is_list else (), (type_name, sub_fpath, False) if walk_into else None,
-                          rule is not None and not el.is_list and not conditional, *_method(rule, ctx.profile))
+                          rule is not None and not el.is_list and not conditional, *_method_of(rule, ctx.profile))
     _walk_complex(node, {**known, **plan}, path, ctx, state)
     for key, step in plan.items():  # backbone elements the rules left empty are dropped
         if step.element.type == "BackboneElement" and key in node:
@@ -425,7 +424,7 @@ class _Step:
     kept_items: tuple[type, ...] = ()  # the same for a list of primitives
     walk_into: tuple | None = None  # a complex datatype without a rule of its own: the key of its plan
     single_rule: bool = False  # a single value a rule transforms (extensions excepted: allow-list first)
-    method: Callable | None = None  # the rule's method (or the default primitive's), unless the rule has a condition
+    method: Callable | None = None  # the rule's method (or the default primitive's); per value for a conditional rule
     marking: bool = False  # whether the rule marks what it does (`marking`, its own or the profile's)
     # the JSON type of a value walked into as one object (dict) or as a list of objects (list); else None
     walks_one: type | None = field(init=False, default=None)
@@ -450,15 +449,8 @@ def _shape(type_name: str) -> tuple[type, ...]:
     return (str,)
 
 
-def _method(rule: Rule | None, profile: Profile) -> tuple[Callable | None, bool]:
-    """A step's method and marking, worked out with its plan; (None, False) for a rule with a condition (the
-    rule that applies is known only per value)."""
-    if rule is not None and rule.test is not None:
-        return None, False
-    return _method_of(rule, profile)
-
-
 def _method_of(rule: Rule | None, profile: Profile) -> tuple[Callable, bool]:
+    """A rule's method and marking (the default primitive's method where there is no rule)."""
     if rule is None:
         return METHODS[profile.default_primitive.method], False
     return METHODS[rule.method], bool(rule.options.get("marking", profile.marking))
@@ -480,7 +472,7 @@ def _plan(profile: Profile, type_name: str, fpath: str, is_resource: bool) -> di
             plan[key] = _Step(type_name, el, rule, sub_fpath, shape, shape if kept and not el.is_list else (),
                               shape if kept and el.is_list else (), (el.type, sub_fpath, False) if walk_into else None,
                               rule is not None and not el.is_list and el.type != "Extension" and not conditional,
-                              *_method(rule, profile))
+                              *_method_of(rule, profile))
         profile.plans[cache_key] = plan
     return plan
 
@@ -573,7 +565,7 @@ def _walk_values(node: dict, key: str, step: _Step, path: JsonPath, ctx: RecordC
     if key == "modifierExtension":
         _check_modifiers(values, profile, sub_path)
     if el.type == "Extension":
-        allowed = [v for v in values if type(v) is dict and type(v.get("url")) is str and v["url"] in profile.extension_allow]
+        allowed = [v for v in values if type(v) is dict and is_one_of(v.get("url"), profile.extension_allow)]
         if len(allowed) != len(values):
             state.labels.add("REDACTED")
         values = allowed
@@ -682,8 +674,7 @@ def _mark(key: str, result, el: Element, method: str, site: Site, ctx: RecordCon
 
 def _check_modifiers(values: list, profile: Profile, path: JsonPath) -> None:
     for v in values:
-        url = v.get("url") if isinstance(v, dict) else None
-        if url not in profile.modifier_extension_allow:
+        if not (isinstance(v, dict) and is_one_of(v.get("url"), profile.modifier_extension_allow)):
             raise UnknownModifier(f"{path_text(path)}: unknown modifierExtension (its meaning cannot be kept); "
                                   "add it to the profile's allow-list")
 

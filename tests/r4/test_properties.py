@@ -127,6 +127,7 @@ def test_an_entry_or_contained_that_is_no_list_is_bad_input(test_key, doc, valid
     {"resourceType": ["Patient"]}, {"resourceType": {"reference": "x"}, "id": "1"},
     {"resourceType": "Patient", "extension": [{"url": {"a": 1}, "valueString": "x"}]},
     {"resourceType": "Patient", "extension": [{"url": [], "valueString": "x"}]},
+    {"resourceType": "Patient", "modifierExtension": [{"url": {"a": 1}, "valueString": "x"}]},
     {"resourceType": "Patient", "telecom": [{"system": [], "value": "555-123-4567"}]},
     {"resourceType": "Patient", "identifier": [{"type": "MR", "value": "12345678"}]},
     {"resourceType": "Patient", "identifier": [{"type": {"coding": 1}, "value": "12345678"}]},
