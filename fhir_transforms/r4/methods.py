@@ -453,6 +453,16 @@ def encrypt(value, site: Site):
     return cipher.encrypt(value)
 
 
+def repeatable(method: Callable, owner: str, name: str) -> bool:
+    """Whether `method` on this element gives the same result, labels and known identifiers for the same value
+    anywhere in a record, reading nothing of the element but its value (and no settings): a reference is
+    rewritten by the one pseudonym function, a coding's display is looked up as a term. The walker then applies
+    it once per distinct value and reuses the outcome."""
+    if method is pseudonym:
+        return name in REFERENCE_ELEMENTS
+    return method is term and owner != "CodeableConcept"  # a CodeableConcept.text is compared with its codings
+
+
 # Every method of the contract (fhir_transforms/methods.py), by name.
 METHODS: dict[str, Callable] = {
     "remove": remove, "keep": keep, "year": year, "shift": shift, "pseudonym": pseudonym,

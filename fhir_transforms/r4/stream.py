@@ -122,7 +122,8 @@ def deidentify_entries(engine: Deidentifier, header: dict, before: list[str], en
                 yield batch
                 batch = []
                 ctx.pending, ctx.walked, ctx.generated = [], [], WrittenSlots()
-                ctx.references, ctx.original_references = {}, {}
+                ctx.original_references = {}
+                ctx.forget_outcomes()
         if batch:
             yield batch
 

@@ -6,6 +6,7 @@ record engine sends through the text stack in one batch, then writes back.
 """
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import date
 from types import MappingProxyType
@@ -14,7 +15,7 @@ from typing import Callable, Mapping
 from fhir_transforms import dates
 from fhir_transforms.r4 import references
 from fhir_transforms.errors import InputError, UnknownModifier
-from fhir_transforms.r4.methods import DATA_ABSENT, METHODS, REMOVE, TextRef
+from fhir_transforms.r4.methods import DATA_ABSENT, METHODS, REMOVE, TextRef, repeatable
 from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.rules import Profile, Rule
 from fhir_transforms.known import FULL_DATE_RE, is_one_of, type_codes
@@ -108,13 +109,22 @@ class RecordContext:
     generated: WrittenSlots = field(default_factory=WrittenSlots)  # values the engine wrote itself
     known: set = field(default_factory=set)  # KnownIdentifiers found by the rule methods
     walked: list = field(default_factory=list)  # (resource, ResourceState), stamped once text is replaced
-    references: dict = field(default_factory=dict)  # reference → its rewrite: a record points at its patient many times
+    # a repeatable step's method → value → its outcome (result, labels, engine-written): a record points at its
+    # patient, and codes its observations, many times over; None where each pseudonym issued is reported
+    outcomes: defaultdict | None = field(init=False, default=None)
     known_seen: set = field(default_factory=set)  # (value, category) already in `known`
     age_limits: dict = field(default_factory=dict)  # patient id → the year they turned 90 (patients aged 90+ only)
     record_key: str = ""  # the record as given (its type and id): `shift` with scope record keys its offset on it
     targets: dict = field(default_factory=dict)  # fullUrl or #id → resourceType of the record's own resources
     # id(Reference object) → its reference as written: the walk rewrites it before its display is ruled
     original_references: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.forget_outcomes()
+
+    def forget_outcomes(self) -> None:
+        """Start the reused outcomes anew (a streamed Bundle's batch is done: memory stays bounded)."""
+        self.outcomes = defaultdict(dict) if self.pseudo.on_issue is None else None
 
 
 @dataclass
@@ -181,19 +191,9 @@ class Site:
         self.ctx.generated.add(self.container, self.slot)
 
     def rewrite_reference(self, value: str) -> str | None:
-        """references.rewrite, once per distinct value in a record, unless each pseudonym issued is reported."""
-        ctx = self.ctx
-        if self.owner == "Reference":
-            ctx.original_references[id(self.parent)] = value
-        if ctx.pseudo.on_issue is not None:
-            self.record_original_ids(value)
-            return references.rewrite(value, ctx.pseudo)
-        cache = ctx.references
-        if value in cache:
-            return cache[value]
+        """references.rewrite, the ids it held recorded as known identifiers."""
         self.record_original_ids(value)
-        rewritten = cache[value] = references.rewrite(value, ctx.pseudo)
-        return rewritten
+        return references.rewrite(value, self.ctx.pseudo)
 
     def record_original_ids(self, value: str, rtype: str | None = None) -> None:
         """The ids a rewritten reference (or, with `rtype`, resource id) held are known identifiers: left in
@@ -429,8 +429,16 @@ class _Step:
     # the JSON type of a value walked into as one object (dict) or as a list of objects (list); else None
     walks_one: type | None = field(init=False, default=None)
     walks_many: type | None = field(init=False, default=None)
+    # a single value whose rule has no settings and whose method's outcome depends on the value alone
+    # (methods.repeatable): applied once per distinct value in a record
+    repeatable: bool = field(init=False, default=False)
+    # Reference.reference: its value as written is kept for the rule of the Reference's display (reference_targets)
+    is_reference: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "is_reference", self.owner == "Reference" and self.element.name == "reference")
+        object.__setattr__(self, "repeatable", self.single_rule and not self.rule.options and not self.marking
+                           and repeatable(self.method, self.owner, self.element.name))
         if self.walk_into:  # (frozen: set once here, so that the walk compares one type per value)
             object.__setattr__(self, "walks_many" if self.element.is_list else "walks_one",
                                list if self.element.is_list else dict)
@@ -499,7 +507,20 @@ def _walk_complex(node: dict, plan: dict[str, _Step], path: JsonPath, ctx: Recor
             _walk_items(node, key, value, step, (path, key), ctx, state)
         elif step.single_rule and value_type in step.shape:  # a reference, a date, a text, ...
             sub_path = (path, key)
-            result = _apply(node, key, value, step, step.rule, step.method, step.marking, sub_path, node, key, ctx, state)
+            if step.repeatable and ctx.outcomes is not None:
+                outcome = ctx.outcomes[step.method].get(value)
+                if outcome is None:
+                    result = _first_outcome(node, key, value, step, sub_path, ctx, state)
+                else:  # the method's outcome for the same value earlier in the record
+                    result, labels, own = outcome
+                    if step.is_reference:
+                        ctx.original_references[id(node)] = value
+                    if labels:
+                        state.labels |= labels
+                    if own:
+                        ctx.generated.add(node, key)
+            else:
+                result = _apply(node, key, value, step, step.rule, step.method, step.marking, sub_path, node, key, ctx, state)
             if result is REMOVE:
                 del node[key]
             elif type(result) is TextRef:
@@ -622,14 +643,19 @@ def _transform(node: dict, key: str, value, step: _Step, path: JsonPath, contain
 
 
 def _apply(node: dict, key: str, value, step: _Step, rule: Rule | None, method: Callable, marking: bool, path: JsonPath,
-           container, slot, ctx: RecordContext, state: ResourceState):
+           container, slot, ctx: RecordContext, state: ResourceState, labels: set | None = None):
     """`_transform` once the value's shape is checked and its rule known (a single_rule step's value comes here
-    straight from the walk): the method applied, its marks and extensions added."""
+    straight from the walk): the method applied, its marks and extensions added. `labels` receives the labels
+    the method gave."""
     el = step.element
+    if step.is_reference:
+        ctx.original_references[id(node)] = value
     site = Site(ctx, state, node, step.owner, el, path, step.fpath, container, slot,
                 rule.options if rule is not None else NO_OPTIONS)
     if marking:
         site.labels = set()
+    elif labels is not None:
+        site.labels = labels
     try:
         result = method(value, site)
     except ValueError as e:  # e.g. a malformed date; messages never quote the value
@@ -643,6 +669,17 @@ def _apply(node: dict, key: str, value, step: _Step, rule: Rule | None, method: 
     if rule is not None and rule.trusted:
         _trust(result, container, slot, ctx.generated)
     return REMOVE if type(result) is dict and not result else result
+
+
+def _first_outcome(node: dict, key: str, value, step: _Step, path: JsonPath, ctx: RecordContext,
+                   state: ResourceState):
+    """A repeatable step's value seen first in the record: `_apply`'s result, its outcome kept for the next."""
+    written = ctx.generated.by_id.get(id(node), ())
+    labels: set = set()
+    result = _apply(node, key, value, step, step.rule, step.method, False, path, node, key, ctx, state, labels)
+    own = key in ctx.generated.by_id.get(id(node), ()) and key not in written
+    ctx.outcomes[step.method][value] = (result, frozenset(labels), own)
+    return result
 
 
 def _trust(value, container, slot, written: WrittenSlots) -> None:
