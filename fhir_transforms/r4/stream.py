@@ -31,11 +31,10 @@ from fhir_transforms.r4.walker import (RecordContext, WrittenSlots, age_limit, e
 from text_deid import leak_guard
 from text_deid.spans import KnownIdentifier
 
-# Entries walked and sent through the text stack together: BATCH, or a MAX_BATCHES-th of the Bundle's entries if
-# more. Each call of the text stack and of the leak guard costs in proportion to the Bundle's known identifiers,
-# which grow with the Bundle: one call per entry would cost entries x identifiers; a batch holds ~1/64 of the Bundle.
+# Entries walked and sent through the text stack and the leak guard together. A call costs in proportion to its
+# texts, not to the Bundle's known identifiers (the matcher's automaton finds which of them a text can hold), so a
+# fixed size keeps the batch's share of memory the same whatever the Bundle's size.
 BATCH = 256
-MAX_BATCHES = 64
 
 
 def streamable(engine: Deidentifier, header: dict) -> bool:
@@ -82,9 +81,7 @@ def deidentify_entries(engine: Deidentifier, header: dict, before: list[str], en
         people.update(known_ids.collect(resources))
 
     take(list(iter_resources(header)))
-    n_entries = 0
     for entry in entries():
-        n_entries += 1
         names = removed(entry, profile.remove_entries)
         if names is not None:
             gone |= names
@@ -109,7 +106,7 @@ def deidentify_entries(engine: Deidentifier, header: dict, before: list[str], en
     def batches(ctx: RecordContext, bundle) -> Iterator[list[tuple[int, object, bool]]]:
         """Walked entries, BATCH at a time: (output index, entry, whether a reference to a removed entry went
         from it); the context's per-entry state is dropped after each batch."""
-        n, batch, size = 0, [], max(BATCH, -(-n_entries // MAX_BATCHES))
+        n, batch = 0, []
         for entry in entries():
             if removed(entry, profile.remove_entries) is not None:
                 continue
@@ -118,7 +115,7 @@ def deidentify_entries(engine: Deidentifier, header: dict, before: list[str], en
             if out is not REMOVE:
                 batch.append((n, out, changed))
                 n += 1
-            if len(batch) == size:
+            if len(batch) == BATCH:
                 yield batch
                 batch = []
                 ctx.pending, ctx.walked, ctx.generated = [], [], WrittenSlots()

@@ -2,6 +2,7 @@
 trying every form of every identifier finds, for any way the values are written."""
 from __future__ import annotations
 
+import bisect
 import re
 
 from hypothesis import given, settings
@@ -9,9 +10,10 @@ from hypothesis import strategies as st
 
 from text_deid import leak_guard
 from text_deid.detectors.known_identifiers import (_AFTER_LOWER, _ALNUM_WHEN_LOWERED, _BEFORE_LOWER, B, DATE_SHAPE_RE, E,
-                                                   MONTHS, date_readings, date_shapes, find_known, find_known_many,
-                                                   forms, occurs_in_any, project)
-from text_deid.spans import KnownIdentifier
+                                                   MONTHS, SEPARATOR, _candidate, compile_known, date_readings,
+                                                   date_shapes, find_known, find_known_many, forms, occurs_in_any,
+                                                   project)
+from text_deid.spans import KnownIdentifier, Span
 
 
 def every_form(text: str, known: tuple[KnownIdentifier, ...]) -> list[tuple[int, int, str]]:
@@ -161,6 +163,140 @@ def test_records_asking_in_turn_from_threads_each_get_their_own_matcher():
                     wrong.append(i)
 
     threads = [threading.Thread(target=work, args=(s,)) for s in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not wrong
+
+
+# The reference for the automaton: the candidate loop the matcher ran before it (every candidate's needles
+# looked for in the projected text, one alternation per category over the forms that pass, on the texts joined).
+def reference_find(text: str, known: tuple[KnownIdentifier, ...]) -> list[Span]:
+    candidates = [c for k in known if (c := _candidate(k)) is not None]
+    spans = []
+    if candidates:
+        projected = project(text)
+        by_category: dict[str, set[str]] = {}
+        for c in candidates:
+            if not c.needles or any(n in projected for n in c.needles):
+                by_category.setdefault(c.category, set()).update(c.forms)
+        for category, alts in sorted(by_category.items()):
+            pattern = re.compile(f"{B}(?:{'|'.join(sorted(alts, key=lambda a: (-len(a), a)))}){E}", re.IGNORECASE)
+            spans += [Span(m.start(), m.end(), category, "known", 1.0) for m in pattern.finditer(text) if m.end() > m.start()]
+    days = {tuple(int(g) for g in k.value.split("-")) for k in known if k.category == "DATE"}
+    spans += [Span(m.start(), m.end(), "DATE", "known", 1.0) for m in DATE_SHAPE_RE.finditer(text) if date_readings(m) & days]
+    return spans
+
+
+def reference_find_many(texts: list[str], known: tuple[KnownIdentifier, ...]) -> list[list[Span]]:
+    starts, pos = [], 0
+    for text in texts:
+        starts.append(pos)
+        pos += len(text) + len(SEPARATOR)
+    found: list[list[Span]] = [[] for _ in texts]
+    for s in reference_find(SEPARATOR.join(texts), known):
+        i = bisect.bisect_right(starts, s.start) - 1
+        found[i].append(Span(s.start - starts[i], s.end - starts[i], s.category, s.detector, s.confidence))
+    return found
+
+
+FOLDING = st.sampled_from(list("abcdeksσABCDEKSΣςſKİıßẞéÉ"))  # letters re.IGNORECASE takes for others, and look-alikes
+ID_CHARS = st.sampled_from(list("0123456789ABCDEF"))
+
+
+@st.composite
+def many_records_and_texts(draw):
+    """Known identifiers of up to 40 people (names with case-folding letters, phones, MRNs, 20-character ids that
+    share their first 8, an address, values without needles or with a NUL) and texts made of their pieces."""
+    known: list[KnownIdentifier] = []
+    pieces: list[str] = []
+    shared_prefix = draw(st.text(ID_CHARS, min_size=8, max_size=8))
+    for _ in range(draw(st.integers(1, 40))):
+        given_name, family = draw(st.text(FOLDING, min_size=1, max_size=6)), draw(st.text(FOLDING, min_size=2, max_size=7))
+        phone = draw(st.text(st.sampled_from("0123456789"), min_size=10, max_size=10))
+        long_id = (shared_prefix if draw(st.booleans()) else draw(st.text(ID_CHARS, min_size=8, max_size=8))) + \
+            draw(st.text(ID_CHARS, min_size=1, max_size=12))
+        mrn = draw(DIGITS) + draw(st.sampled_from(["-", "", "/"])) + draw(DIGITS)
+        known += [KnownIdentifier(f"{given_name} {family}", "NAME"), KnownIdentifier(phone, "PHONE_NUMBER"),
+                  KnownIdentifier(long_id, "UNIQUE_IDENTIFIER"), KnownIdentifier(mrn, "MEDICAL_RECORD_NUMBER")]
+        pieces += [given_name.upper(), family.swapcase(), f"{family}, {given_name}", f"{given_name[0]}. {family}",
+                   f"({phone[:3]}) {phone[3:6]}-{phone[6:]}", long_id.lower(), long_id[:-1], long_id[:8], mrn]
+    known += draw(st.lists(st.sampled_from([
+        KnownIdentifier("12 Quarry Lane", "GEOGRAPHIC_LOCATION"), KnownIdentifier("02139", "GEOGRAPHIC_LOCATION"),
+        KnownIdentifier("(.)", "GEOGRAPHIC_LOCATION"),  # its needle projects to "": tried in every text
+        KnownIdentifier("ab\x00cd", "GEOGRAPHIC_LOCATION"), KnownIdentifier("2021-03-07", "DATE")]), max_size=3))
+    pieces += ["12 quarry", "02139-1234", "(.)", "ab\x00cd", "ab", "cd", "\x00", "3/7/21", "Σ", "ſ", " "]
+    words = st.lists(st.sampled_from(pieces) | st.text(FOLDING, max_size=4), max_size=7)
+    texts = [draw(SEPARATORS).join(draw(words)) for _ in range(draw(st.integers(1, 8)))]
+    return tuple(sorted(set(known), key=lambda k: (k.value, k.category))), texts
+
+
+@settings(max_examples=300, deadline=None)
+@given(many_records_and_texts())
+def test_the_automaton_finds_what_the_candidate_loop_finds(case):
+    known, texts = case
+    assert [find_known(text, known) for text in texts] == [reference_find(text, known) for text in texts]
+    many = find_known_many(texts, known)
+    assert many == [find_known(text, known) for text in texts]
+    if not any("\x00" in k.value for k in known):  # a NUL in a value lets the texts joined match across them
+        assert many == reference_find_many(texts, known)
+    assert occurs_in_any(texts, known) == any(many)
+
+
+def test_a_needle_is_compared_whole_where_its_prefix_is_found():
+    known = (KnownIdentifier("ABCDEFGH1234", "UNIQUE_IDENTIFIER"), KnownIdentifier("ABCDEFGH5678", "UNIQUE_IDENTIFIER"))
+    assert [(s.start, s.end) for s in find_known("ids abcdefgh123 ABCDEFGH5678 abcdefgh", known)] == [(16, 28)]
+    assert find_known_many(["abcdefgh", "1234"], known) == [[], []]  # the prefix in one text, the rest in the next
+
+
+def test_a_needle_across_two_texts_is_in_neither():
+    known = (KnownIdentifier("ab\x00cd", "GEOGRAPHIC_LOCATION"), KnownIdentifier("Quillon", "NAME"))
+    assert list(compile_known(known)._searched(["xx ab", "cd yy", "Quil", "lon"])) == []  # no regex search at all
+    assert find_known_many(["xx ab", "cd yy", "Quil", "lon"], known) == [[], [], [], []]
+    assert not occurs_in_any(["xx ab", "cd yy"], known)
+    assert [len(found) for found in find_known_many(["ab\x00cd", "quillon"], known)] == [1, 1]
+
+
+def test_each_text_is_searched_with_its_own_identifiers_forms():
+    """A batch of many people's texts builds no alternation of all their forms: each text's holds only the forms
+    of the identifiers whose needles it holds, so a search costs the same however many people the record has."""
+    people = [(KnownIdentifier(f"Quillon{i:04d} Varnabee{i:04d}", "NAME"), KnownIdentifier(f"77{i:07d}", "PHONE_NUMBER"))
+              for i in range(2000)]
+    known = tuple(k for person in people for k in person)
+    texts = [f"Seen with Quillon{i:04d} Varnabee{i:04d}, call 77{i:07d}" for i in range(0, 2000, 7)]
+    matcher = compile_known(known)
+    searched = list(matcher._searched(texts))
+    assert [i for i, _ in searched] == list(range(len(texts)))
+    one_person = [("NAME", len(forms(people[0][0]))), ("PHONE_NUMBER", 1)]
+    for _, patterns in searched:
+        assert [(category, pattern.pattern.count("|") + 1) for category, pattern in patterns] == one_person
+    assert [[s.category for s in found] for found in find_known_many(texts, known)] == \
+        [["NAME", "PHONE_NUMBER"]] * len(texts)
+
+
+def test_threads_sharing_one_matcher_each_get_their_own_answers():
+    """The automaton is built once per record and only read by searches: 8 threads searching different texts
+    with one record's matcher answer as the same searches made alone."""
+    import random
+    import threading
+
+    people = [(KnownIdentifier(f"Zorbel{i} Quade{i}", "NAME"), KnownIdentifier(f"55{i:06d}A", "MEDICAL_RECORD_NUMBER"))
+              for i in range(400)]
+    known = tuple(k for person in people for k in person)
+    batches = [[f"{people[j][0].value} mrn {people[j][1].value} " * (j % 3) + "no one" for j in range(i, i + 25)]
+               for i in range(0, 375, 25)]
+    alone = [find_known_many(b, known) for b in batches]
+    wrong: list[int] = []
+
+    def work(seed: int) -> None:
+        order = list(range(len(batches))) * 10
+        random.Random(seed).shuffle(order)
+        for i in order:
+            if find_known_many(batches[i], known) != alone[i] or occurs_in_any(batches[i], known) != any(alone[i]):
+                wrong.append(i)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(8)]
     for t in threads:
         t.start()
     for t in threads:
