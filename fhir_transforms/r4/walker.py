@@ -674,10 +674,9 @@ def _apply(node: dict, key: str, value, step: _Step, rule: Rule | None, method: 
 def _first_outcome(node: dict, key: str, value, step: _Step, path: JsonPath, ctx: RecordContext,
                    state: ResourceState):
     """A repeatable step's value seen first in the record: `_apply`'s result, its outcome kept for the next."""
-    written = ctx.generated.by_id.get(id(node), ())
     labels: set = set()
     result = _apply(node, key, value, step, step.rule, step.method, False, path, node, key, ctx, state, labels)
-    own = key in ctx.generated.by_id.get(id(node), ()) and key not in written
+    own = key in ctx.generated.by_id.get(id(node), ())  # (a key is walked once: only the method can have marked it)
     ctx.outcomes[step.method][value] = (result, frozenset(labels), own)
     return result
 

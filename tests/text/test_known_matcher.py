@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import re
+import threading
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -14,6 +15,15 @@ from text_deid.detectors.known_identifiers import (_AFTER_LOWER, _ALNUM_WHEN_LOW
                                                    date_shapes, find_known, find_known_many, forms, occurs_in_any,
                                                    project)
 from text_deid.spans import KnownIdentifier, Span
+
+
+def in_threads(work, count: int) -> None:
+    """`work(seed)` on `count` threads at once, seeds 0 to count - 1; returns when all are done."""
+    threads = [threading.Thread(target=work, args=(seed,)) for seed in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
 
 
 def every_form(text: str, known: tuple[KnownIdentifier, ...]) -> list[tuple[int, int, str]]:
@@ -146,7 +156,6 @@ def test_date_shapes_find_what_the_pattern_finds(parts):
 def test_records_asking_in_turn_from_threads_each_get_their_own_matcher():
     """compile_known recognises the last tuple by identity: records that alternate, from many threads, must
     still each be matched against their own identifiers (and an empty tuple against none)."""
-    import threading
 
     records = [(KnownIdentifier(f"Zorbel{i}son", "NAME"), KnownIdentifier(f"55{i:05d}", "MEDICAL_RECORD_NUMBER"))
                for i in range(12)] + [()]
@@ -162,11 +171,7 @@ def test_records_asking_in_turn_from_threads_each_get_their_own_matcher():
                 if found != (i == j and bool(known)):
                     wrong.append(i)
 
-    threads = [threading.Thread(target=work, args=(s,)) for s in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    in_threads(work, 6)
     assert not wrong
 
 
@@ -252,7 +257,8 @@ def test_a_needle_is_compared_whole_where_its_prefix_is_found():
 
 def test_a_needle_across_two_texts_is_in_neither():
     known = (KnownIdentifier("ab\x00cd", "GEOGRAPHIC_LOCATION"), KnownIdentifier("Quillon", "NAME"))
-    assert list(compile_known(known)._searched(["xx ab", "cd yy", "Quil", "lon"])) == []  # no regex search at all
+    texts = ["xx ab", "cd yy", "Quil", "lon"]
+    assert list(compile_known(known)._searched(texts, SEPARATOR.join(texts))) == []  # no regex search at all
     assert find_known_many(["xx ab", "cd yy", "Quil", "lon"], known) == [[], [], [], []]
     assert not occurs_in_any(["xx ab", "cd yy"], known)
     assert [len(found) for found in find_known_many(["ab\x00cd", "quillon"], known)] == [1, 1]
@@ -266,7 +272,7 @@ def test_each_text_is_searched_with_its_own_identifiers_forms():
     known = tuple(k for person in people for k in person)
     texts = [f"Seen with Quillon{i:04d} Varnabee{i:04d}, call 77{i:07d}" for i in range(0, 2000, 7)]
     matcher = compile_known(known)
-    searched = list(matcher._searched(texts))
+    searched = list(matcher._searched(texts, SEPARATOR.join(texts)))
     assert [i for i, _ in searched] == list(range(len(texts)))
     one_person = [("NAME", len(forms(people[0][0]))), ("PHONE_NUMBER", 1)]
     for _, patterns in searched:
@@ -279,7 +285,6 @@ def test_threads_sharing_one_matcher_each_get_their_own_answers():
     """The automaton is built once per record and only read by searches: 8 threads searching different texts
     with one record's matcher answer as the same searches made alone."""
     import random
-    import threading
 
     people = [(KnownIdentifier(f"Zorbel{i} Quade{i}", "NAME"), KnownIdentifier(f"55{i:06d}A", "MEDICAL_RECORD_NUMBER"))
               for i in range(400)]
@@ -296,9 +301,5 @@ def test_threads_sharing_one_matcher_each_get_their_own_answers():
             if find_known_many(batches[i], known) != alone[i] or occurs_in_any(batches[i], known) != any(alone[i]):
                 wrong.append(i)
 
-    threads = [threading.Thread(target=work, args=(s,)) for s in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    in_threads(work, 8)
     assert not wrong

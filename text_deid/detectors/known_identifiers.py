@@ -297,13 +297,13 @@ class KnownMatcher:
             # never changed from here on: a search's state is its own iterator's, so threads share the automaton
             self._automaton = automaton
 
-    def _needles_in(self, texts: Sequence[str]) -> dict[int, set[int]]:
+    def _needles_in(self, texts: Sequence[str], joined: str) -> dict[int, set[int]]:
         """For each text (by index) that holds a needle, the numbers of the needles it holds: one pass of the
         automaton over the texts' projections joined by NULs (which the projection keeps) finds the needles'
-        prefixes, and each needle is compared whole where its prefix is."""
+        prefixes, and each needle is compared whole where its prefix is. `joined`: the texts joined by SEPARATOR."""
         if self._automaton is None:
             return {}
-        projected = project(SEPARATOR.join(texts))
+        projected = project(joined)
         if projected.count("\x00") == len(texts) - 1:
             ends = [m.start() for m in _NUL.finditer(projected)]  # where each text's projection ends
         else:  # a text holds a NUL of its own: project the texts one by one to tell them apart
@@ -331,19 +331,20 @@ class KnownMatcher:
         return [(category, _alternation(tuple(sorted(alternatives, key=lambda a: (-len(a), a)))))
                 for category, alternatives in sorted(by_category.items())]
 
-    def _searched(self, texts: Sequence[str]) -> Iterator[tuple[int, list[tuple[str, re.Pattern]]]]:
+    def _searched(self, texts: Sequence[str], joined: str) -> Iterator[tuple[int, list[tuple[str, re.Pattern]]]]:
         """(index, patterns) of each text worth a regex search: those holding a needle, or all of them when
         some identifier has no needle."""
         if not self.candidates:
             return  # nothing to look for (a text checked without a record): skip projecting the texts
-        holds = self._needles_in(texts)
+        holds = self._needles_in(texts, joined)
         for i in range(len(texts)) if self._always else holds:
             yield i, self._patterns(holds.get(i))
 
     def find_many(self, texts: Sequence[str], detector: str) -> list[list[Span]]:
         """Every occurrence of every known identifier in each of `texts`."""
         found: list[list[Span]] = [[] for _ in texts]
-        for i, patterns in self._searched(texts):
+        joined = SEPARATOR.join(texts)
+        for i, patterns in self._searched(texts, joined):
             text, spans = texts[i], found[i]
             for category, pattern in patterns:
                 spans.extend(Span(m.start(), m.end(), category, detector, 1.0)
@@ -353,7 +354,7 @@ class KnownMatcher:
             for text in texts:
                 starts.append(pos)
                 pos += len(text) + len(SEPARATOR)
-            for m in date_shapes(SEPARATOR.join(texts)):
+            for m in date_shapes(joined):
                 if date_readings(m) & self.days:
                     i = bisect.bisect_right(starts, m.start()) - 1
                     found[i].append(Span(m.start() - starts[i], m.end() - starts[i], "DATE", detector, 1.0))
@@ -365,11 +366,12 @@ class KnownMatcher:
 
     def occurs_in_any(self, texts: Sequence[str]) -> bool:
         """Whether `find_many(texts)` finds anything; stops at the first occurrence a regex finds."""
-        for i, patterns in self._searched(texts):
+        joined = SEPARATOR.join(texts)
+        for i, patterns in self._searched(texts, joined):
             for _, pattern in patterns:
                 if any(m.end() > m.start() for m in pattern.finditer(texts[i])):
                     return True
-        return bool(self.days) and any(date_readings(m) & self.days for m in date_shapes(SEPARATOR.join(texts)))
+        return bool(self.days) and any(date_readings(m) & self.days for m in date_shapes(joined))
 
 
 def compile_known(known: tuple[KnownIdentifier, ...]) -> KnownMatcher:
