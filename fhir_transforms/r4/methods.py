@@ -278,9 +278,11 @@ def _is_a_display(value: str, site: Site) -> bool:
     if site.method_of("Coding.display") not in ("term", "keep"):
         return False
     codings = site.parent.get("coding")
-    displays = {_folded(c["display"]) for c in (codings if type(codings) is list else ())
-                if type(c) is dict and type(c.get("display")) is str}
-    return _folded(value) in displays
+    displays = [c.get("display") for c in (codings if type(codings) is list else ()) if type(c) is dict]
+    if value in displays:  # the commonest case, written alike: nothing to fold
+        return True
+    folded = _folded(value)
+    return any(type(d) is str and _folded(d) == folded for d in displays)
 
 
 def _folded(text: str) -> str:
@@ -453,14 +455,24 @@ def encrypt(value, site: Site):
     return cipher.encrypt(value)
 
 
-def repeatable(method: Callable, owner: str, name: str) -> bool:
-    """Whether `method` on this element gives the same result, labels and known identifiers for the same value
-    anywhere in a record, reading nothing of the element but its value (and no settings): a reference is
-    rewritten by the one pseudonym function, a coding's display is looked up as a term. The walker then applies
-    it once per distinct value and reuses the outcome."""
+BY_VALUE, BY_PATIENT = "value", "patient"
+
+
+def reused_by(method: Callable, owner: str, element: Element) -> str | None:
+    """What alone decides `method`'s outcome on this element (the result, the labels it gives, the known
+    identifiers it records, whether the engine wrote the value) where its rule has no settings, or None:
+    BY_VALUE, the value anywhere in a record (a reference is rewritten by the one pseudonym function, a coding's
+    display is looked up as a term); BY_PATIENT, the value and whose resource holds it (a date keeps its year,
+    or moves by its patient's offset, unless it tells that patient's age over 89: then it is masked, which also
+    writes beside it, and such an outcome is never reused). The walker applies the method once per distinct
+    value (per patient) in a record and reuses its outcome."""
     if method is pseudonym:
-        return name in REFERENCE_ELEMENTS
-    return method is term and owner != "CodeableConcept"  # a CodeableConcept.text is compared with its codings
+        return BY_VALUE if element.name in REFERENCE_ELEMENTS else None
+    if method is term:
+        return BY_VALUE if owner != "CodeableConcept" else None  # a CodeableConcept.text is compared with its codings
+    if method is shift or method is year and element.type != "instant":  # (an instant's year: is it required?)
+        return BY_PATIENT
+    return None
 
 
 # Every method of the contract (fhir_transforms/methods.py), by name.

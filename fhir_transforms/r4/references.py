@@ -71,7 +71,7 @@ def original_ids(value: str, rtype: str | None = None) -> list[str]:
         return query_identifiers(m["query"])
     else:
         return []
-    if len(rid) >= 8 and any(c.isdigit() for c in rid):
+    if len(rid) >= 8 and any(map(str.isdigit, rid)):
         return [rid]  # its every match in `Type/id` too
     return [f"{rtype}/{rid}"] if rtype else []
 

@@ -15,7 +15,7 @@ from typing import Callable, Mapping
 from fhir_transforms import dates
 from fhir_transforms.r4 import references
 from fhir_transforms.errors import InputError, UnknownModifier
-from fhir_transforms.r4.methods import DATA_ABSENT, METHODS, REMOVE, TextRef, repeatable
+from fhir_transforms.r4.methods import BY_VALUE, DATA_ABSENT, METHODS, REMOVE, TextRef, reused_by
 from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.rules import Profile, Rule
 from fhir_transforms.known import FULL_DATE_RE, is_one_of, type_codes
@@ -109,8 +109,9 @@ class RecordContext:
     generated: WrittenSlots = field(default_factory=WrittenSlots)  # values the engine wrote itself
     known: set = field(default_factory=set)  # KnownIdentifiers found by the rule methods
     walked: list = field(default_factory=list)  # (resource, ResourceState), stamped once text is replaced
-    # a repeatable step's method → value → its outcome (result, labels, engine-written): a record points at its
-    # patient, and codes its observations, many times over; None where each pseudonym issued is reported
+    # a reused step's method (for a date: method and patient id) → value → its outcome (result, labels,
+    # engine-written): a record points at its patient, codes its observations and dates its encounter's
+    # resources many times over; None where each pseudonym issued is reported
     outcomes: defaultdict | None = field(init=False, default=None)
     known_seen: set = field(default_factory=set)  # (value, category) already in `known`
     age_limits: dict = field(default_factory=dict)  # patient id → the year they turned 90 (patients aged 90+ only)
@@ -429,16 +430,16 @@ class _Step:
     # the JSON type of a value walked into as one object (dict) or as a list of objects (list); else None
     walks_one: type | None = field(init=False, default=None)
     walks_many: type | None = field(init=False, default=None)
-    # a single value whose rule has no settings and whose method's outcome depends on the value alone
-    # (methods.repeatable): applied once per distinct value in a record
-    repeatable: bool = field(init=False, default=False)
+    # a single value whose rule has no settings and whose method's outcome depends on the value alone, or on the
+    # value and its patient (methods.reused_by): applied once per distinct value (per patient) in a record
+    reused_by: str | None = field(init=False, default=None)
     # Reference.reference: its value as written is kept for the rule of the Reference's display (reference_targets)
     is_reference: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "is_reference", self.owner == "Reference" and self.element.name == "reference")
-        object.__setattr__(self, "repeatable", self.single_rule and not self.rule.options and not self.marking
-                           and repeatable(self.method, self.owner, self.element.name))
+        if self.single_rule and not self.rule.options and not self.marking:
+            object.__setattr__(self, "reused_by", reused_by(self.method, self.owner, self.element))
         if self.walk_into:  # (frozen: set once here, so that the walk compares one type per value)
             object.__setattr__(self, "walks_many" if self.element.is_list else "walks_one",
                                list if self.element.is_list else dict)
@@ -507,10 +508,16 @@ def _walk_complex(node: dict, plan: dict[str, _Step], path: JsonPath, ctx: Recor
             _walk_items(node, key, value, step, (path, key), ctx, state)
         elif step.single_rule and value_type in step.shape:  # a reference, a date, a text, ...
             sub_path = (path, key)
-            if step.repeatable and ctx.outcomes is not None:
-                outcome = ctx.outcomes[step.method].get(value)
+            outcomes = None  # where this value's outcome is reused from
+            if step.reused_by is not None and ctx.outcomes is not None:
+                if step.reused_by is BY_VALUE:
+                    outcomes = ctx.outcomes[step.method]
+                elif state.relative_age_limit is None:  # a date, among its patient's resources (a FamilyMemberHistory
+                    outcomes = ctx.outcomes[step.method, state.patient_id]  # of a relative aged 90+: also theirs)
+            if outcomes is not None:
+                outcome = outcomes.get(value)
                 if outcome is None:
-                    result = _first_outcome(node, key, value, step, sub_path, ctx, state)
+                    result = _first_outcome(node, key, value, step, sub_path, ctx, state, outcomes)
                 else:  # the method's outcome for the same value earlier in the record
                     result, labels, own = outcome
                     if step.is_reference:
@@ -672,12 +679,14 @@ def _apply(node: dict, key: str, value, step: _Step, rule: Rule | None, method: 
 
 
 def _first_outcome(node: dict, key: str, value, step: _Step, path: JsonPath, ctx: RecordContext,
-                   state: ResourceState):
-    """A repeatable step's value seen first in the record: `_apply`'s result, its outcome kept for the next."""
+                   state: ResourceState, outcomes: dict):
+    """A reused step's value seen first (in its scope): `_apply`'s result, its outcome kept in `outcomes` for the
+    next, unless it removed the element (a masked date writes its data-absent mark beside it)."""
     labels: set = set()
     result = _apply(node, key, value, step, step.rule, step.method, False, path, node, key, ctx, state, labels)
-    own = key in ctx.generated.by_id.get(id(node), ())  # (a key is walked once: only the method can have marked it)
-    ctx.outcomes[step.method][value] = (result, frozenset(labels), own)
+    if result is not REMOVE:
+        own = key in ctx.generated.by_id.get(id(node), ())  # (a key is walked once: only the method can have marked it)
+        outcomes[value] = (result, frozenset(labels), own)
     return result
 
 

@@ -1,6 +1,7 @@
-"""A record rewrites a value it has seen before (a reference, a coding's display) from the outcome it had the
-first time (fhir_transforms/r4/walker.py, methods.repeatable): the output must be what applying the rule to
-every occurrence gives, which is what the walk does when each pseudonym issued is reported (no reuse)."""
+"""A record rewrites a value it has seen before (a reference, a coding's display; a date, within its patient's
+resources) from the outcome it had the first time (fhir_transforms/r4/walker.py, methods.reused_by): the output
+must be what applying the rule to every occurrence gives, which is what the walk does when each pseudonym issued
+is reported (no reuse)."""
 from __future__ import annotations
 
 import json
@@ -18,9 +19,9 @@ PRACTITIONER = "urn:uuid:5b8e2e8c-6a0c-4a31-9a55-0d7a2f5d4c11"
 PATIENT = "urn:uuid:0f3c3a0e-1d1b-4f59-9a0d-6f2b1d9a7e42"
 
 
-def engine(key, reported: list | None = None) -> Deidentifier:
+def engine(key, reported: list | None = None, profile: str = "safe-harbor") -> Deidentifier:
     on_issue = None if reported is None else (lambda *issued: reported.append(issued[1]))
-    return Deidentifier(load_profile("safe-harbor"), Pseudonymizer(key, on_issue=on_issue), build_stack("patterns"),
+    return Deidentifier(load_profile(profile), Pseudonymizer(key, on_issue=on_issue), build_stack("patterns"),
                         lambda: FIXED_TODAY, validate=False)
 
 
@@ -73,3 +74,56 @@ def test_reusing_outcomes_gives_the_same_bytes_as_applying_every_rule(path, test
     applied = engine(test_key, reported=[]).deidentify(json.loads(text), consume=True)
     assert json.dumps(reused.resource) == json.dumps(applied.resource)
     assert reused.findings == applied.findings
+
+
+DAY = "2019-03-04"
+
+
+def dated(patient: str, rtype: str = "Encounter", **more) -> dict:
+    status = {"Encounter": "finished", "Observation": "final"}.get(rtype, "completed")
+    return {"resourceType": rtype, "status": status,
+            **({"class": {"code": "AMB"}} if rtype == "Encounter" else {"code": {"text": "Body Height"}}),
+            ("subject" if rtype != "FamilyMemberHistory" else "patient"): {"reference": f"Patient/{patient}"},
+            **more}
+
+
+def two_patients(old_birth: str) -> dict:
+    """The same day in resources of two patients, the first born `old_birth`, the other 40."""
+    patients = [{"resourceType": "Patient", "id": "old", "birthDate": old_birth},
+                {"resourceType": "Patient", "id": "young", "birthDate": "1985-06-01"}]
+    resources = [dated(p, period={"start": DAY, "end": DAY}) for p in ("young", "old", "young", "old")]
+    resources += [dated(p, "Observation", effectiveDateTime=DAY, issued=DAY + "T10:00:00Z") for p in ("young", "old")]
+    return {"resourceType": "Bundle", "type": "collection", "entry": [{"resource": r} for r in patients + resources]}
+
+
+@pytest.mark.parametrize("profile", ["safe-harbor", "longitudinal"])
+@pytest.mark.parametrize("old_birth", ["1935-01-01", "1950-01-01"], ids=["aged-91", "aged-76"])
+def test_a_repeated_date_is_ruled_for_each_patient_as_if_it_were_applied_every_time(profile, old_birth, test_key):
+    reused = engine(test_key, profile=profile).deidentify(two_patients(old_birth)).resource
+    assert reused == engine(test_key, reported=[], profile=profile).deidentify(two_patients(old_birth)).resource
+    periods = [(e["resource"]["period"].get("start"), e["resource"]["period"].get("end")) for e in reused["entry"][2:6]]
+    young, old = periods[0], periods[1]
+    assert periods == [young, old, young, old]  # the same day comes out the same for one patient
+    if old_birth == "1935-01-01":  # 2019 is before the year they turned 90 (2025): it would tell the age
+        assert old == (None, None) and young[0] is not None  # masked for the one aged 90+, on every occurrence
+    elif profile == "longitudinal":
+        assert old != young  # each patient's own shift
+    else:
+        assert old == young == ("2019", "2019")
+
+
+def test_a_relatives_dates_beside_the_patients_own_are_each_ruled_by_whose_they_are(test_key):
+    """A FamilyMemberHistory of a relative aged 90+ (born 1920: 90 in 2010): a day of the relative's (deceasedDate)
+    is masked; the same day as the record's own date, or in the patient's resources, is not."""
+    day = "2005-02-03"
+    bundle = {"resourceType": "Bundle", "type": "collection", "entry": [{"resource": r} for r in [
+        {"resourceType": "Patient", "id": "p", "birthDate": "1980-01-01"},
+        dated("p", period={"start": day}),
+        dated("p", "FamilyMemberHistory", bornDate="1920", date=day, deceasedDate=day,
+              relationship={"coding": [{"code": "FTH"}]}),
+        dated("p", period={"start": day})]]}
+    out = engine(test_key).deidentify(bundle).resource
+    assert out == engine(test_key, reported=[]).deidentify(bundle).resource
+    family = out["entry"][2]["resource"]
+    assert "deceasedDate" not in family and family["date"] == "2005"
+    assert [out["entry"][i]["resource"]["period"]["start"] for i in (1, 3)] == ["2005", "2005"]
