@@ -127,7 +127,9 @@ MONTH_NUMBER = ({m.lower(): i + 1 for i, m in enumerate(MONTHS)} | {m[:3].lower(
 # keeps ASCII letters and digits apart from the rest, once "İ" and the Kelvin sign (no month, ordinal or
 # "of" has an i or a k) are set aside; tests/test_known_matcher.py checks this over every code point.
 _MONTH_STARTS = "|".join(m[:3].lower() for m in MONTHS).replace("sep", "[sſ]ep")
-_DATE_STARTS = re.compile(rf"[^0-9a-z](?=\d{{1,2}}[/.\-]|\d{{4}}[/.\-]|(?:19|20)\d{{6}}"
+_FIRST_LETTERS = "".join(sorted({m[0].lower() for m in MONTHS})) + "ſ"  # (the long s of "ſep")
+# the first look-ahead (a digit or a month's first letter) rules out most places before the alternatives are tried
+_DATE_STARTS = re.compile(rf"[^0-9a-z](?=[\d{_FIRST_LETTERS}])(?=\d{{1,2}}[/.\-]|\d{{4}}[/.\-]|(?:19|20)\d{{6}}"
                           rf"|\d{{1,2}}(?:[sſ]t|nd|rd|th)?\s+(?:of\s+)?(?:{_MONTH_STARTS})|{_MONTH_STARTS})")
 _ALNUM_WHEN_LOWERED = ("\u0130", "\u212a")
 
