@@ -97,7 +97,7 @@ def text_paths(engine: Deidentifier, resource: dict, root: str) -> list[str]:
     walk, without detection."""
     ctx = RecordContext(engine.profile, engine.pseudo, engine.clock)
     walk_record(copy.deepcopy(resource), root, ctx)
-    return [_relative(p.path, root) for p in ctx.pending if not p.ref.known_only for _ in p.ref.texts]
+    return [_relative(p.path, root) for p in ctx.pending for _ in p.ref.texts]  # (terms are not texts: ctx.terms)
 
 
 @dataclass

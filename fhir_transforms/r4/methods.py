@@ -74,14 +74,14 @@ class TextRef:
 
     texts: list[str]
     build: Callable[[list[list[Span]]], Any] | None = None
-    known_only: bool = False  # kept text (a term): searched for the record's known identifiers alone
+    known_only: bool = False  # kept text (a term: one text, no build): searched for the record's known identifiers alone
 
 
-def keeps_what_was_found(ref: TextRef, spans: list[Span]) -> bool:
+def keeps_what_was_found(term: str, spans: list[Span]) -> bool:
     """Whether a term stays as written although `spans` were found in it: one word that is a word of a
     person's name ("White" beside a patient named White), the code's own word, which the engine marks as
     written by itself so that the guard lets it be. Any other term found is masked (and labelled MASKED)."""
-    return ref.known_only and _one_name_word(ref.texts[0], spans)
+    return _one_name_word(term, spans)
 
 
 def remove(value, site: Site):

@@ -121,12 +121,10 @@ class Deidentifier:
 
     def replace_texts(self, ctx: RecordContext, known: tuple[KnownIdentifier, ...], path: str
                       ) -> tuple[list[Finding], int, dict[str, float]]:
-        """Send the walk's pending texts through the text stack (kept coded text through `terms`) and write them
-        back: (findings, texts read, detector seconds)."""
-        texts: list[str] = []
-        terms: list[str] = []
-        for p in ctx.pending:
-            (terms if p.ref.known_only else texts).extend(p.ref.texts)
+        """Send the walk's pending texts through the text stack, and its terms (kept coded text) through `terms`,
+        and write them back: (findings, texts read, detector seconds)."""
+        texts = [text for p in ctx.pending for text in p.ref.texts]
+        terms = list(ctx.terms)
         timings: dict[str, float] = {}
         try:
             spans = self.stack.detect_many(texts, known, timings)
@@ -134,28 +132,33 @@ class Deidentifier:
         except DetectorError as e:
             raise DetectorFailed(f"{path}: text detector failed: {e}") from None
         findings: list[Finding] = []
-        at = {False: 0, True: 0}
+        at = 0
         for pending in ctx.pending:
             ref = pending.ref
-            kind = ref.known_only
-            i, n = at[kind], len(ref.texts)
-            found_in = (term_spans if kind else spans)[i:i + n]
-            at[kind] = i + n
+            found_in = spans[at:at + len(ref.texts)]
+            at += len(ref.texts)
             if ref.build is None and not found_in[0]:  # one text, nothing found (most): it stays as written
                 continue
             for found in found_in:
                 findings.extend(Finding(pending.path, s) for s in found)
-                if found and not kind:  # a term labels itself: it may keep what was found
+                if found:
                     pending.labels.add("MASKED")
             if ref.build is not None:
                 pending.container[pending.slot] = ref.build(found_in)
-            elif keeps_what_was_found(ref, found_in[0]):
-                ctx.generated.add(pending.container, pending.slot)
             else:
-                if kind:
-                    pending.labels.add("MASKED")
                 pending.container[pending.slot] = replace.apply(ref.texts[0], found_in[0])
-        return findings, len(texts) + len(terms), timings
+        for term, found in zip(terms, term_spans):
+            if not found:  # (most): every occurrence stays as written
+                continue
+            kept = keeps_what_was_found(term, found)
+            for place in ctx.terms[term]:
+                findings.extend(Finding(place.path, s) for s in found)
+                if kept:
+                    ctx.generated.add(place.container, place.slot)
+                else:
+                    place.labels.add("MASKED")
+                    place.container[place.slot] = replace.apply(term, found)
+        return findings, len(texts) + sum(map(len, ctx.terms.values())), timings
 
 
 def guard(doc: dict, ctx: RecordContext, known: tuple[KnownIdentifier, ...], path: str, profile: Profile,

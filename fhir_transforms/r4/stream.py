@@ -118,7 +118,7 @@ def deidentify_entries(engine: Deidentifier, header: dict, before: list[str], en
             if len(batch) == BATCH:
                 yield batch
                 batch = []
-                ctx.pending, ctx.walked, ctx.generated = [], [], WrittenSlots()
+                ctx.pending, ctx.terms, ctx.walked, ctx.generated = [], {}, [], WrittenSlots()
                 ctx.original_references = {}
                 ctx.forget_outcomes()
         if batch:
@@ -132,7 +132,7 @@ def deidentify_entries(engine: Deidentifier, header: dict, before: list[str], en
     pseudo.on_issue = None
     try:
         bundle = walk_resource(_copy(header), path, scratch)
-        scratch.pending, scratch.walked = [], []
+        scratch.pending, scratch.terms, scratch.walked = [], {}, []
         for _ in batches(scratch, bundle):
             pass
     finally:
@@ -146,8 +146,8 @@ def deidentify_entries(engine: Deidentifier, header: dict, before: list[str], en
     in_place = [k for k in header if k in before]  # keys added from here on go after the entries
     if any_removed:
         bundle.labels.add("REDACTED")
-    head = ctx.pending, ctx.walked, ctx.generated  # the Bundle's own: replaced and stamped after its entries
-    ctx.pending, ctx.walked = [], []
+    head = ctx.pending, ctx.terms, ctx.walked, ctx.generated  # the Bundle's own: replaced and stamped after its entries
+    ctx.pending, ctx.terms, ctx.walked = [], {}, []
     findings: list[Finding] = []
     ntexts = 0
     timings: Counter = Counter()
@@ -170,7 +170,7 @@ def deidentify_entries(engine: Deidentifier, header: dict, before: list[str], en
         for _, out, _ in batch:
             emit(out)
 
-    ctx.pending, ctx.walked, ctx.generated = head
+    ctx.pending, ctx.terms, ctx.walked, ctx.generated = head
     found, count, spent = engine.replace_texts(ctx, known, path)
     findings[:0] = found
     ntexts += count

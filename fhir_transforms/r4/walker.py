@@ -10,7 +10,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import date
 from types import MappingProxyType
-from typing import Callable, Mapping
+from typing import Callable, Mapping, NamedTuple
 
 from fhir_transforms import dates
 from fhir_transforms.r4 import references
@@ -66,6 +66,19 @@ class PendingText:
         return path_text(self.at)
 
 
+class TermPlace(NamedTuple):
+    """Where one occurrence of a term stands (as PendingText, for a term: its text is the key it is held under)."""
+
+    container: dict | list
+    slot: object
+    at: JsonPath
+    labels: set[str]
+
+    @property
+    def path(self) -> str:
+        return path_text(self.at)
+
+
 class WrittenSlots:
     """Where the engine wrote a value itself (a pseudonym, a year, a label): the leak guard does not read
     them. A slot is a key or index of a container (a dict or list of the output); the containers are held
@@ -106,6 +119,9 @@ class RecordContext:
     clock: Callable[[], date]
     single_patient: str | None = None
     pending: list[PendingText] = field(default_factory=list)
+    # kept coded text (a term) → where it stands: a record repeats its codings' displays, and each distinct term
+    # is searched (for the record's known identifiers) once
+    terms: dict[str, list[TermPlace]] = field(default_factory=dict)
     generated: WrittenSlots = field(default_factory=WrittenSlots)  # values the engine wrote itself
     known: set = field(default_factory=set)  # KnownIdentifiers found by the rule methods
     walked: list = field(default_factory=list)  # (resource, ResourceState), stamped once text is replaced
@@ -531,11 +547,20 @@ def _walk_complex(node: dict, plan: dict[str, _Step], path: JsonPath, ctx: Recor
             if result is REMOVE:
                 del node[key]
             elif type(result) is TextRef:
-                ctx.pending.append(PendingText(result, node, key, sub_path, state.labels))
+                _pend(ctx, result, node, key, sub_path, state.labels)
             else:
                 node[key] = result
         else:
             _walk_values(node, key, step, path, ctx, state)
+
+
+def _pend(ctx: RecordContext, ref: TextRef, container, slot, at: JsonPath, labels: set) -> None:
+    """A value for the text stack, rebuilt at container[slot] once the stack has read it: a term among the
+    places of the same term."""
+    if ref.known_only:
+        ctx.terms.setdefault(ref.texts[0], []).append(TermPlace(container, slot, at, labels))
+    else:
+        ctx.pending.append(PendingText(ref, container, slot, at, labels))
 
 
 def _all_kept(value, kept_items: tuple[type, ...]) -> bool:
@@ -613,7 +638,7 @@ def _walk_values(node: dict, key: str, step: _Step, path: JsonPath, ctx: RecordC
             continue
         if type(result) is TextRef:
             # rebuilt in place once the text stack has read it: in the output list, or (single) in the node
-            ctx.pending.append(PendingText(result, container, slot, item_path, state.labels))
+            _pend(ctx, result, container, slot, item_path, state.labels)
             out.append(value)
         else:
             out.append(result)
