@@ -19,7 +19,7 @@ from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.rules import Profile
 from fhir_transforms.r4.schema import elements, is_resource_type, model_class
 from fhir_transforms.r4.shapes import R4_ONLY
-from fhir_transforms.r4.walker import RecordContext, WrittenSlots, age_limit, stamp_all, walk_record
+from fhir_transforms.r4.walker import RecordContext, WrittenSlots, age_limit, path_text, stamp_all, walk_record
 from text_deid import leak_guard, replace
 from text_deid.spans import DetectorError, KnownIdentifier, Span
 from text_deid.stack import TextStack, known_identifiers_only
@@ -132,11 +132,11 @@ class Deidentifier:
         except DetectorError as e:
             raise DetectorFailed(f"{path}: text detector failed: {e}") from None
         findings: list[Finding] = []
-        at = 0
+        i = 0
         for pending in ctx.pending:
             ref = pending.ref
-            found_in = spans[at:at + len(ref.texts)]
-            at += len(ref.texts)
+            found_in = spans[i:i + len(ref.texts)]
+            i += len(ref.texts)
             if ref.build is None and not found_in[0]:  # one text, nothing found (most): it stays as written
                 continue
             for found in found_in:
@@ -151,13 +151,13 @@ class Deidentifier:
             if not found:  # (most): every occurrence stays as written
                 continue
             kept = keeps_what_was_found(term, found)
-            for place in ctx.terms[term]:
-                findings.extend(Finding(place.path, s) for s in found)
+            for container, slot, at, labels in ctx.terms[term]:
+                findings.extend(Finding(path_text(at), s) for s in found)
                 if kept:
-                    ctx.generated.add(place.container, place.slot)
+                    ctx.generated.add(container, slot)
                 else:
-                    place.labels.add("MASKED")
-                    place.container[place.slot] = replace.apply(term, found)
+                    labels.add("MASKED")
+                    container[slot] = replace.apply(term, found)
         return findings, len(texts) + sum(map(len, ctx.terms.values())), timings
 
 

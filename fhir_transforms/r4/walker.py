@@ -10,7 +10,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import date
 from types import MappingProxyType
-from typing import Callable, Mapping, NamedTuple
+from typing import Callable, Mapping
 
 from fhir_transforms import dates
 from fhir_transforms.r4 import references
@@ -66,19 +66,6 @@ class PendingText:
         return path_text(self.at)
 
 
-class TermPlace(NamedTuple):
-    """Where one occurrence of a term stands (as PendingText, for a term: its text is the key it is held under)."""
-
-    container: dict | list
-    slot: object
-    at: JsonPath
-    labels: set[str]
-
-    @property
-    def path(self) -> str:
-        return path_text(self.at)
-
-
 class WrittenSlots:
     """Where the engine wrote a value itself (a pseudonym, a year, a label): the leak guard does not read
     them. A slot is a key or index of a container (a dict or list of the output); the containers are held
@@ -119,9 +106,9 @@ class RecordContext:
     clock: Callable[[], date]
     single_patient: str | None = None
     pending: list[PendingText] = field(default_factory=list)
-    # kept coded text (a term) → where it stands: a record repeats its codings' displays, and each distinct term
-    # is searched (for the record's known identifiers) once
-    terms: dict[str, list[TermPlace]] = field(default_factory=dict)
+    # kept coded text (a term) → where it stands, (container, slot, JSON path, its resource's labels) for each
+    # occurrence: a record repeats its codings' displays, and each distinct term is searched once
+    terms: dict[str, list[tuple]] = field(default_factory=dict)
     generated: WrittenSlots = field(default_factory=WrittenSlots)  # values the engine wrote itself
     known: set = field(default_factory=set)  # KnownIdentifiers found by the rule methods
     walked: list = field(default_factory=list)  # (resource, ResourceState), stamped once text is replaced
@@ -558,7 +545,7 @@ def _pend(ctx: RecordContext, ref: TextRef, container, slot, at: JsonPath, label
     """A value for the text stack, rebuilt at container[slot] once the stack has read it: a term among the
     places of the same term."""
     if ref.known_only:
-        ctx.terms.setdefault(ref.texts[0], []).append(TermPlace(container, slot, at, labels))
+        ctx.terms.setdefault(ref.texts[0], []).append((container, slot, at, labels))
     else:
         ctx.pending.append(PendingText(ref, container, slot, at, labels))
 
