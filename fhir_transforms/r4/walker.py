@@ -316,7 +316,7 @@ def walk_entry(entry, index: int, path: JsonPath, ctx: RecordContext, bundle: Re
     step = _plan(ctx.profile, "Bundle", "Bundle", True)["entry"]
     item_path = ((path, "entry"), index)
     if type(entry) is dict:
-        _walk_complex(entry, ctx.profile.plans.get(step.walk_into) or _plan(ctx.profile, *step.walk_into), item_path,
+        _walk_complex(entry, step.inner[0] or _plan_into(step, ctx.profile), item_path,
                       ctx, bundle)
         return entry if entry else REMOVE
     return _transform({}, "entry", entry, step, item_path, [], 0, ctx, bundle)
@@ -438,12 +438,16 @@ class _Step:
     reused_by: str | None = field(init=False, default=None)
     # Reference.reference: its value as written is kept for the rule of the Reference's display (reference_targets)
     is_reference: bool = field(init=False, default=False)
+    # [the plan of walk_into], once made (`_plan_into`): a step belongs to one profile's plans, and its datatype's
+    # plan is found here without hashing its key for every value
+    inner: list = field(init=False, default=None, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "is_reference", self.owner == "Reference" and self.element.name == "reference")
         if self.single_rule and not self.rule.options and not self.marking:
             object.__setattr__(self, "reused_by", reused_by(self.method, self.owner, self.element))
         if self.walk_into:  # (frozen: set once here, so that the walk compares one type per value)
+            object.__setattr__(self, "inner", [None])
             object.__setattr__(self, "walks_many" if self.element.is_list else "walks_one",
                                list if self.element.is_list else dict)
 
@@ -489,8 +493,13 @@ def _plan(profile: Profile, type_name: str, fpath: str, is_resource: bool) -> di
     return plan
 
 
+def _plan_into(step: _Step, profile: Profile) -> dict[str, _Step]:
+    """The plan of the datatype `step` walks into, made once and kept on the step."""
+    plan = step.inner[0] = profile.plans.get(step.walk_into) or _plan(profile, *step.walk_into)
+    return plan
+
+
 def _walk_complex(node: dict, plan: dict[str, _Step], path: JsonPath, ctx: RecordContext, state: ResourceState) -> None:
-    plans = ctx.profile.plans
     for key in list(node):
         step = plan.get(key)
         if step is None:
@@ -504,7 +513,7 @@ def _walk_complex(node: dict, plan: dict[str, _Step], path: JsonPath, ctx: Recor
         if value_type in step.kept_as or (step.kept_items and _all_kept(value, step.kept_items)):
             continue
         if value_type is step.walks_one:  # the commonest complex case
-            _walk_complex(value, plans.get(step.walk_into) or _plan(ctx.profile, *step.walk_into), (path, key), ctx, state)
+            _walk_complex(value, step.inner[0] or _plan_into(step, ctx.profile), (path, key), ctx, state)
             if not value and not _absent_if_required(value, step, ctx):
                 del node[key]
         elif value_type is step.walks_many:  # codings, identifiers, ...
@@ -557,7 +566,7 @@ def _all_kept(value, kept_items: tuple[type, ...]) -> bool:
 
 def _walk_items(node: dict, key: str, items: list, step: _Step, path: JsonPath, ctx: RecordContext, state: ResourceState) -> None:
     """A list of a datatype no rule names: each object is walked, and dropped if the rules leave it empty."""
-    plan = ctx.profile.plans.get(step.walk_into) or _plan(ctx.profile, *step.walk_into)
+    plan = step.inner[0] or _plan_into(step, ctx.profile)
     out: list = []
     for item in items:
         item_path = (path, len(out))
@@ -615,7 +624,7 @@ def _walk_values(node: dict, key: str, step: _Step, path: JsonPath, ctx: RecordC
         # the index it will have in the output (written slots and text paths must match the output the guard reads)
         item_path = (sub_path, len(out)) if is_list else sub_path
         if step.walk_into and type(value) is dict:  # a datatype no rule names: only its elements have rules
-            _walk_complex(value, profile.plans.get(step.walk_into) or _plan(profile, *step.walk_into), item_path, ctx, state)
+            _walk_complex(value, step.inner[0] or _plan_into(step, profile), item_path, ctx, state)
             if value:  # an element left empty by the rules is dropped
                 out.append(value)
             continue
