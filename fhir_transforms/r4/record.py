@@ -26,6 +26,7 @@ from text_deid.stack import TextStack, known_identifiers_only
 
 R4_ONLY_PLACEHOLDER = {"resourceType": "Basic", "code": {"text": "an R4 resource type the R4B models lack"}}
 SKIP_KEYS = {"resourceType", "system", "url"}  # structure, not content: codes of terminologies and extension urls
+READ_APART = SKIP_KEYS | {"div", "data"}  # the keys whose strings the guard skips, or reads as rendered (XHTML, text attachments)
 
 
 @dataclass(frozen=True)
@@ -307,30 +308,33 @@ def _collect_strings(node, written_in: dict[int, set], path: str, found: list) -
     written = written_in.get(id(node), ())
     items = node.items() if is_dict else enumerate(node)
     for k, v in items:
-        if is_dict and k in SKIP_KEYS:
-            continue
         t = type(v)
         if t is dict or t is list:
             _collect_strings(v, written_in, f"{path}.{k}" if is_dict else f"{path}[{k}]", found)
         elif t is str:
-            sub = f"{path}.{k}" if is_dict else f"{path}[{k}]"
-            if is_dict and k == "div" or is_dict and k == "data" and _is_text(node):
-                found.extend((sub, text) for text in _read_as_rendered(k, v, node))
-            elif k not in written:
-                found.append((sub, v))
+            if is_dict and k in READ_APART:
+                if k in SKIP_KEYS:
+                    continue
+                if k == "div" or _is_text(node):
+                    found.extend((f"{path}.{k}", text) for text in _read_as_rendered(k, v, node))
+                    continue
+            if k not in written:
+                found.append((f"{path}.{k}" if is_dict else f"{path}[{k}]", v))
 
 
 def _collect_texts(node: dict, written_in: dict[int, set], found: dict) -> None:
     # _collect_strings without paths: this one runs on every record, _collect_strings only where it finds something
     written = written_in.get(id(node))
     for k, v in node.items():
-        if k in SKIP_KEYS:
-            continue
         t = type(v)
         if t is str:
-            if k == "div" or k == "data" and _is_text(node):
-                found.update(dict.fromkeys(_read_as_rendered(k, v, node)))
-            elif written is None or k not in written:
+            if k in READ_APART:  # (one set lookup for the few keys read apart)
+                if k in SKIP_KEYS:
+                    continue
+                if k == "div" or _is_text(node):
+                    found.update(dict.fromkeys(_read_as_rendered(k, v, node)))
+                    continue
+            if written is None or k not in written:
                 found[v] = None
         elif t is dict:
             _collect_texts(v, written_in, found)

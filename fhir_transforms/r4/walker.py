@@ -380,9 +380,12 @@ def stamp_all(ctx: RecordContext) -> None:
     for _, state in ctx.walked:  # contained resources are walked (and listed) before their container
         if state.container is not None:
             state.container.labels |= state.labels
+    stamps = [(KEY_TAG_SYSTEM, ctx.pseudo.key_id), (PROFILE_TAG_SYSTEM, f"{ctx.profile.name}@{ctx.profile.version}")]
+    if ctx.profile.rules_sha256:  # made with a site rules file: outputs of other rules never pass as the same release
+        stamps.append((SITE_RULES_TAG_SYSTEM, ctx.profile.rules_sha256))
     for res, state in ctx.walked:
         if state.container is None:
-            _stamp(res, state, ctx)
+            _stamp(res, state, ctx, stamps)
 
 
 def age_limit(birth, today: date) -> int | None:
@@ -750,13 +753,14 @@ def _add_extensions(node: dict, key: str, extensions: list[dict]) -> None:
     holder.setdefault("extension", []).extend(extensions)
 
 
-def _stamp(res: dict, state: ResourceState, ctx: RecordContext) -> None:
-    """meta.security labels for what was changed, and tags naming the key id, profile and site rules file.
+def _stamp(res: dict, state: ResourceState, ctx: RecordContext, stamps: list[tuple[str, str]]) -> None:
+    """meta.security labels for what was changed, and the record's `stamps` as tags (system, code): the key id,
+    profile and site rules file.
 
     The codes the engine adds are marked generated: a patient named "Masked" or "Harbor" is not a leak there."""
     meta = res.setdefault("meta", {})
     security = meta.setdefault("security", [])
-    present = {(c.get("system"), c.get("code")) for c in security}
+    present = {(c.get("system"), c.get("code")) for c in security} if security else ()  # (the input's: rare)
     for code in sorted(state.labels):
         if (SECURITY_SYSTEM, code) not in present:
             label = {"system": SECURITY_SYSTEM, "code": code}
@@ -765,9 +769,6 @@ def _stamp(res: dict, state: ResourceState, ctx: RecordContext) -> None:
     if not security:
         del meta["security"]
     tags = meta.setdefault("tag", [])
-    stamps = [(KEY_TAG_SYSTEM, ctx.pseudo.key_id), (PROFILE_TAG_SYSTEM, f"{ctx.profile.name}@{ctx.profile.version}")]
-    if ctx.profile.rules_sha256:  # made with a site rules file: outputs of other rules never pass as the same release
-        stamps.append((SITE_RULES_TAG_SYSTEM, ctx.profile.rules_sha256))
     for system, code in stamps:
         tag = {"system": system, "code": code}
         ctx.generated.add(tag, "code")
