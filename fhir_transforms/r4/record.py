@@ -310,7 +310,8 @@ def _collect_strings(node, written_in: dict[int, set], path: str, found: list) -
     for k, v in items:
         t = type(v)
         if t is dict or t is list:
-            _collect_strings(v, written_in, f"{path}.{k}" if is_dict else f"{path}[{k}]", found)
+            if k not in written:  # (a written one: a label or tag the engine made whole)
+                _collect_strings(v, written_in, f"{path}.{k}" if is_dict else f"{path}[{k}]", found)
         elif t is str:
             if is_dict and k in READ_APART:
                 if k in SKIP_KEYS:
@@ -336,6 +337,8 @@ def _collect_texts(node: dict, written_in: dict[int, set], found: dict) -> None:
                     continue
             if written is None or k not in written:
                 found[v] = None
+        elif written is not None and k in written:
+            continue  # an object or list the engine made whole (a security label, a tag)
         elif t is dict:
             _collect_texts(v, written_in, found)
         elif t is list:
@@ -349,6 +352,8 @@ def _collect_items(items: list, written_in: dict[int, set], found: dict) -> None
         if t is str:
             if written is None or i not in written:
                 found[v] = None
+        elif written is not None and i in written:
+            continue
         elif t is dict:
             _collect_texts(v, written_in, found)
         elif t is list:

@@ -68,8 +68,9 @@ class PendingText:
 
 class WrittenSlots:
     """Where the engine wrote a value itself (a pseudonym, a year, a label): the leak guard does not read
-    them. A slot is a key or index of a container (a dict or list of the output); the containers are held
-    here, so that no other object takes their ids while the record is made."""
+    them. A slot is a key or index of a container (a dict or list of the output), and holds a string, or an
+    object the engine made whole (a security label, a tag); the containers are held here, so that no other
+    object takes their ids while the record is made."""
 
     def __init__(self) -> None:
         self.by_id: dict[int, frozenset] = {}  # id(container) → its written keys or indices
@@ -763,13 +764,11 @@ def _stamp(res: dict, state: ResourceState, ctx: RecordContext, stamps: list[tup
     present = {(c.get("system"), c.get("code")) for c in security} if security else ()  # (the input's: rare)
     for code in sorted(state.labels):
         if (SECURITY_SYSTEM, code) not in present:
-            label = {"system": SECURITY_SYSTEM, "code": code}
-            ctx.generated.add(label, "code")
-            security.append(label)
+            ctx.generated.add(security, len(security))  # the whole label is the engine's
+            security.append({"system": SECURITY_SYSTEM, "code": code})
     if not security:
         del meta["security"]
     tags = meta.setdefault("tag", [])
     for system, code in stamps:
-        tag = {"system": system, "code": code}
-        ctx.generated.add(tag, "code")
-        tags.append(tag)
+        ctx.generated.add(tags, len(tags))
+        tags.append({"system": system, "code": code})

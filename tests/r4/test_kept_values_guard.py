@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from fhir_transforms.errors import LeakFound
+from fhir_transforms.r4.record import output_strings, output_texts
+from fhir_transforms.r4.walker import WrittenSlots
 from fhir_transforms.rules import Rule
 
 RACE = "http://hl7.org/fhir/us/core/StructureDefinition/us-core-race"
@@ -79,3 +81,18 @@ def test_a_concept_text_equal_to_a_coding_display_is_kept_another_text_is_not(en
     assert out["maritalStatus"]["text"] == "White"
     with pytest.raises(LeakFound, match=r"NAME at Patient\.maritalStatus\.text"):
         engine.deidentify(_patient("White", maritalStatus={**concept, "text": "White, widowed"}))
+
+
+def test_the_engines_own_labels_and_tags_are_not_read_an_inputs_label_beside_them_is(engine):
+    """meta.security and meta.tag: the labels and tags the engine adds are its own, whole (a patient named
+    Redacted is no leak there); a label the input held in the same list is read like any other value."""
+    out = engine.deidentify(_patient("Redacted")).resource
+    assert {"system": "http://terminology.hl7.org/CodeSystem/v3-ObservationValue", "code": "REDACTED"} in out["meta"]["security"]
+    security = [{"system": "http://example.org/labels", "code": "x", "display": "Ann's"},
+                {"system": "http://example.org/labels", "code": "Redacted"}]
+    doc = {"resourceType": "Patient", "meta": {"security": security}}
+    written = WrittenSlots()
+    written.add(security, 1)  # the engine made the second label
+    assert output_texts(doc, written) == ["x", "Ann's"]
+    assert output_strings(doc, written, "Patient") == [("Patient.meta.security[0].code", "x"),
+                                                       ("Patient.meta.security[0].display", "Ann's")]
