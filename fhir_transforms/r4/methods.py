@@ -455,17 +455,26 @@ def encrypt(value, site: Site):
     return cipher.encrypt(value)
 
 
-BY_VALUE, BY_PATIENT = "value", "patient"
+BY_VALUE, BY_PATIENT, BY_REFERENCE = "value", "patient", "reference"
 
 
-def reused_by(method: Callable, owner: str, element: Element) -> str | None:
-    """What alone decides `method`'s outcome on this element (the result, the labels it gives, the known
-    identifiers it records, whether the engine wrote the value) where its rule has no settings, or None:
+def reused_by(method: Callable, owner: str, element: Element, options: Mapping, rules: Mapping) -> str | None:
+    """What alone decides `method`'s outcome on this element under a rule with these `options` (the result, the
+    labels it gives, the known identifiers it records, whether the engine wrote the value), or None:
     BY_VALUE, the value anywhere in a record (a reference is rewritten by the one pseudonym function, a coding's
     display is looked up as a term); BY_PATIENT, the value and whose resource holds it (a date keeps its year,
     or moves by its patient's offset, unless it tells that patient's age over 89: then it is masked, which also
-    writes beside it, and such an outcome is never reused). The walker applies the method once per distinct
-    value (per patient) in a record and reuses its outcome."""
+    writes beside it, and such an outcome is never reused); BY_REFERENCE, at one element path, the value and the
+    Reference that holds it (a Reference.display takes the rule of what the reference and its type point at,
+    where each rule it may take is `remove`, `keep`, `term` or `text` without settings). Only a date's outcome
+    writes anything beside the element. The walker applies the method once per distinct value (per patient;
+    per reference) in a record and reuses its outcome."""
+    if options:
+        by_target = options.get("by_target")
+        if method is text and len(options) == 1 and by_target and all(
+                _plain(rules.get(key)) for key in by_target.values()):
+            return BY_REFERENCE
+        return None
     if method is pseudonym:
         return BY_VALUE if element.name in REFERENCE_ELEMENTS else None
     if method is term:
@@ -473,6 +482,12 @@ def reused_by(method: Callable, owner: str, element: Element) -> str | None:
     if method is shift or method is year and element.type != "instant":  # (an instant's year: is it required?)
         return BY_PATIENT
     return None
+
+
+def _plain(rule) -> bool:
+    """A rule whose outcome on a display is decided by the display alone."""
+    return (rule is not None and rule.method in ("remove", "keep", "term", "text") and not rule.options
+            and rule.test is None and not rule.trusted)
 
 
 # Every method of the contract (fhir_transforms/methods.py), by name.

@@ -15,7 +15,7 @@ from typing import Callable, Mapping
 from fhir_transforms import dates
 from fhir_transforms.r4 import references
 from fhir_transforms.errors import InputError, UnknownModifier
-from fhir_transforms.r4.methods import BY_VALUE, DATA_ABSENT, METHODS, REMOVE, TextRef, reused_by
+from fhir_transforms.r4.methods import BY_PATIENT, BY_VALUE, DATA_ABSENT, METHODS, REMOVE, TextRef, reused_by
 from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.rules import Profile, Rule
 from fhir_transforms.known import FULL_DATE_RE, is_one_of, type_codes
@@ -362,9 +362,10 @@ def _walk_by_shape(node: dict, owner: str, fpath: str, is_resource: bool, path: 
         kept = type_name in PRIMITIVE_TYPES and (rule or ctx.profile.default_primitive).method == "keep" and not conditional
         walk_into = rule is None and type_name not in PRIMITIVE_TYPES
         shape = _shape(type_name)
+        single = rule is not None and not el.is_list and not conditional
         plan[key] = _Step(owner, el, rule, sub_fpath, shape, shape if kept and not el.is_list else (),
                           shape if kept and el.is_list else (), (type_name, sub_fpath, False) if walk_into else None,
-                          rule is not None and not el.is_list and not conditional, *_method_of(rule, ctx.profile))
+                          single, *_step_method(rule, ctx.profile, owner, el, single))
     _walk_complex(node, {**known, **plan}, path, ctx, state)
     for key, step in plan.items():  # backbone elements the rules left empty are dropped
         if step.element.type == "BackboneElement" and key in node:
@@ -434,12 +435,12 @@ class _Step:
     single_rule: bool = False  # a single value a rule transforms (extensions excepted: allow-list first)
     method: Callable | None = None  # the rule's method (or the default primitive's); per value for a conditional rule
     marking: bool = False  # whether the rule marks what it does (`marking`, its own or the profile's)
+    # a single value whose method's outcome depends on the value alone, on the value and its patient, or on the
+    # value and its Reference (methods.reused_by): applied once per distinct value (and scope) in a record
+    reused_by: str | None = None
     # the JSON type of a value walked into as one object (dict) or as a list of objects (list); else None
     walks_one: type | None = field(init=False, default=None)
     walks_many: type | None = field(init=False, default=None)
-    # a single value whose rule has no settings and whose method's outcome depends on the value alone, or on the
-    # value and its patient (methods.reused_by): applied once per distinct value (per patient) in a record
-    reused_by: str | None = field(init=False, default=None)
     # Reference.reference: its value as written is kept for the rule of the Reference's display (reference_targets)
     is_reference: bool = field(init=False, default=False)
     # [the plan of walk_into], once made (`_plan_into`): a step belongs to one profile's plans, and its datatype's
@@ -448,8 +449,6 @@ class _Step:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "is_reference", self.owner == "Reference" and self.element.name == "reference")
-        if self.single_rule and not self.rule.options and not self.marking:
-            object.__setattr__(self, "reused_by", reused_by(self.method, self.owner, self.element))
         if self.walk_into:  # (frozen: set once here, so that the walk compares one type per value)
             object.__setattr__(self, "inner", [None])
             object.__setattr__(self, "walks_many" if self.element.is_list else "walks_one",
@@ -476,6 +475,15 @@ def _method_of(rule: Rule | None, profile: Profile) -> tuple[Callable, bool]:
     return METHODS[rule.method], bool(rule.options.get("marking", profile.marking))
 
 
+def _step_method(rule: Rule | None, profile: Profile, owner: str, el: Element, single: bool
+                 ) -> tuple[Callable, bool, str | None]:
+    """A step's method, its marking, and (`single`: a single value one rule transforms; the rule marks nothing)
+    what its outcome is reused by (methods.reused_by)."""
+    method, marking = _method_of(rule, profile)
+    reuse = reused_by(method, owner, el, rule.options, profile.rules) if single and not marking else None
+    return method, marking, reuse
+
+
 def _plan(profile: Profile, type_name: str, fpath: str, is_resource: bool) -> dict[str, _Step]:
     """JSON key → step for an element of `type_name` at `fpath` (cached on the profile)."""
     cache_key = (type_name, fpath, is_resource)
@@ -489,10 +497,10 @@ def _plan(profile: Profile, type_name: str, fpath: str, is_resource: bool) -> di
             kept = el.type in PRIMITIVE_TYPES and (rule or profile.default_primitive).method == "keep" and not conditional
             walk_into = rule is None and el.type not in PRIMITIVE_TYPES and el.type not in ("Resource", "Extension")
             shape = _shape(el.type)
+            single = rule is not None and not el.is_list and el.type != "Extension" and not conditional
             plan[key] = _Step(type_name, el, rule, sub_fpath, shape, shape if kept and not el.is_list else (),
                               shape if kept and el.is_list else (), (el.type, sub_fpath, False) if walk_into else None,
-                              rule is not None and not el.is_list and el.type != "Extension" and not conditional,
-                              *_method_of(rule, profile))
+                              single, *_step_method(rule, profile, type_name, el, single))
         profile.plans[cache_key] = plan
     return plan
 
@@ -524,16 +532,16 @@ def _walk_complex(node: dict, plan: dict[str, _Step], path: JsonPath, ctx: Recor
             _walk_items(node, key, value, step, (path, key), ctx, state)
         elif step.single_rule and value_type in step.shape:  # a reference, a date, a text, ...
             sub_path = (path, key)
-            outcomes = None  # where this value's outcome is reused from
-            if step.reused_by is not None and ctx.outcomes is not None:
-                if step.reused_by is BY_VALUE:
-                    outcomes = ctx.outcomes[step.method]
-                elif state.relative_age_limit is None:  # a date, among its patient's resources (a FamilyMemberHistory
-                    outcomes = ctx.outcomes[step.method, state.patient_id]  # of a relative aged 90+: also theirs)
+            if step.reused_by is None or ctx.outcomes is None:
+                outcomes = None
+            elif step.reused_by is BY_VALUE:  # (the commonest: inline)
+                outcomes, seen_as = ctx.outcomes[step.method], value
+            else:
+                outcomes, seen_as = _reuse_scope(step, node, value, ctx, state)
             if outcomes is not None:
-                outcome = outcomes.get(value)
+                outcome = outcomes.get(seen_as)
                 if outcome is None:
-                    result = _first_outcome(node, key, value, step, sub_path, ctx, state, outcomes)
+                    result = _first_outcome(node, key, value, step, sub_path, ctx, state, outcomes, seen_as)
                 else:  # the method's outcome for the same value earlier in the record
                     result, labels, own = outcome
                     if step.is_reference:
@@ -703,15 +711,30 @@ def _apply(node: dict, key: str, value, step: _Step, rule: Rule | None, method: 
     return REMOVE if type(result) is dict and not result else result
 
 
+def _reuse_scope(step: _Step, node: dict, value, ctx: RecordContext, state: ResourceState) -> tuple[dict | None, object]:
+    """Where the outcome of a value is reused from, and what it is looked up as there, for a step reused by
+    patient or by reference (methods.reused_by); (None, None) where it is applied anew."""
+    if step.reused_by is BY_PATIENT:  # a date, among its patient's resources
+        if state.relative_age_limit is not None:  # a FamilyMemberHistory of a relative aged 90+: also theirs
+            return None, None
+        return ctx.outcomes[step.method, state.patient_id], value
+    # BY_REFERENCE: a Reference.display, by the reference as written and its type (what reference_targets reads)
+    reference = ctx.original_references.get(id(node), node.get("reference"))
+    kind = node.get("type")
+    if not (reference is None or type(reference) is str) or not (kind is None or type(kind) is str):
+        return None, None  # (without validation: a shape the walk reports elsewhere)
+    return ctx.outcomes[step.method, step.fpath], (value, reference, kind)
+
+
 def _first_outcome(node: dict, key: str, value, step: _Step, path: JsonPath, ctx: RecordContext,
-                   state: ResourceState, outcomes: dict):
-    """A reused step's value seen first (in its scope): `_apply`'s result, its outcome kept in `outcomes` for the
-    next, unless it removed the element (a masked date writes its data-absent mark beside it)."""
+                   state: ResourceState, outcomes: dict, seen_as):
+    """A reused step's value seen first (in its scope): `_apply`'s result, its outcome kept in `outcomes` under
+    `seen_as` for the next, unless a date was removed (masked: its data-absent mark is written beside it)."""
     labels: set = set()
     result = _apply(node, key, value, step, step.rule, step.method, False, path, node, key, ctx, state, labels)
-    if result is not REMOVE:
+    if result is not REMOVE or step.reused_by is not BY_PATIENT:
         own = key in ctx.generated.by_id.get(id(node), ())  # (a key is walked once: only the method can have marked it)
-        outcomes[value] = (result, frozenset(labels), own)
+        outcomes[seen_as] = (result, frozenset(labels), own)
     return result
 
 

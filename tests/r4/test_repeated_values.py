@@ -127,3 +127,29 @@ def test_a_relatives_dates_beside_the_patients_own_are_each_ruled_by_whose_they_
     family = out["entry"][2]["resource"]
     assert "deceasedDate" not in family and family["date"] == "2005"
     assert [out["entry"][i]["resource"]["period"]["start"] for i in (1, 3)] == ["2005", "2005"]
+
+
+def test_the_same_display_is_ruled_by_what_each_reference_points_at(test_key):
+    """A Reference.display's outcome is reused only for the same reference (and type) at the same element:
+    one text on references to an Organization, to a Practitioner, and to what only `type` names."""
+    org, doc = "urn:uuid:11111111-2222-4333-8444-555555555555", "urn:uuid:66666666-7777-4888-9999-000000000000"
+    name = "Dr. Quentin Smithers"
+
+    def claim(n: int, provider: dict) -> dict:
+        return {"resourceType": "Claim", "status": "active", "use": "claim", "created": "2020-01-01",
+                "type": {"text": "professional"}, "priority": {"text": "normal"},
+                "patient": {"reference": PATIENT}, "provider": provider, "insurance": [], "id": f"c{n}"}
+
+    bundle = {"resourceType": "Bundle", "type": "collection", "entry": [
+        {"fullUrl": PATIENT, "resource": {"resourceType": "Patient", "id": PATIENT[9:]}},
+        {"fullUrl": org, "resource": {"resourceType": "Organization", "id": org[9:], "name": name}},
+        {"fullUrl": doc, "resource": {"resourceType": "Practitioner", "id": doc[9:]}},
+        *({"resource": claim(n, provider)} for n, provider in enumerate([
+            {"reference": org, "display": name}, {"reference": doc, "display": name},
+            {"reference": org, "display": name}, {"type": "Practitioner", "display": name},
+            {"reference": doc, "display": name}, {"type": "Organization", "display": name}]))]}
+    out = engine(test_key).deidentify(bundle).resource
+    assert out == engine(test_key, reported=[]).deidentify(bundle).resource
+    displays = [e["resource"]["provider"].get("display") for e in out["entry"][3:]]
+    # a person's display is a name, removed (and known: in a facility's display, a term, it is masked)
+    assert displays == ["Dr. [NAME]", None, "Dr. [NAME]", None, None, "Dr. [NAME]"]
