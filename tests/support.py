@@ -238,6 +238,15 @@ class Rule:
     times: int | None
 
 
+class _QuietServer(ThreadingHTTPServer):
+    """A client that hangs up before its answer is written (a detector that stopped waiting) is not the stub's
+    error: socketserver would print its traceback on stderr, where a command's captured output holds it."""
+
+    def handle_error(self, request, client_address) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 class OllamaStub:
     def __init__(self, model: str = "stub-model:latest", thinking: bool = True):
         self.model, self.thinking = model, thinking
@@ -281,7 +290,7 @@ class OllamaStub:
                 self.wfile.write(data)
 
         self.Handler = Handler
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = _QuietServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self._thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
