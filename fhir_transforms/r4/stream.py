@@ -26,7 +26,7 @@ from fhir_transforms.r4.entries import clean_entry, removed
 from fhir_transforms.r4.methods import REMOVE
 from fhir_transforms.r4.record import (Deidentifier, Finding, RecordResult, _copy, _known_order, guard, iter_resources,
                                        output_texts)
-from fhir_transforms.r4.walker import (RecordContext, WrittenSlots, age_limit, entries_walked_alone, stamp_all,
+from fhir_transforms.r4.walker import (RecordContext, age_limit, entries_walked_alone, stamp_all,
                                        walk_entry, walk_resource)
 from text_deid import leak_guard
 from text_deid.spans import KnownIdentifier
@@ -118,9 +118,7 @@ def deidentify_entries(engine: Deidentifier, header: dict, before: list[str], en
             if len(batch) == BATCH:
                 yield batch
                 batch = []
-                ctx.pending, ctx.terms, ctx.walked, ctx.generated = [], {}, [], WrittenSlots()
-                ctx.original_references = {}
-                ctx.forget_outcomes()
+                ctx.start_batch()
         if batch:
             yield batch
 
@@ -132,7 +130,7 @@ def deidentify_entries(engine: Deidentifier, header: dict, before: list[str], en
     pseudo.on_issue = None
     try:
         bundle = walk_resource(_copy(header), path, scratch)
-        scratch.pending, scratch.terms, scratch.walked = [], {}, []
+        scratch.start_batch()
         for _ in batches(scratch, bundle):
             pass
     finally:
@@ -147,7 +145,7 @@ def deidentify_entries(engine: Deidentifier, header: dict, before: list[str], en
     if any_removed:
         bundle.labels.add("REDACTED")
     head = ctx.pending, ctx.terms, ctx.walked, ctx.generated  # the Bundle's own: replaced and stamped after its entries
-    ctx.pending, ctx.terms, ctx.walked = [], {}, []
+    ctx.start_batch()
     findings: list[Finding] = []
     ntexts = 0
     timings: Counter = Counter()

@@ -128,8 +128,15 @@ class RecordContext:
         self.forget_outcomes()
 
     def forget_outcomes(self) -> None:
-        """Start the reused outcomes anew (a streamed Bundle's batch is done: memory stays bounded)."""
+        """Start the reused outcomes anew."""
         self.outcomes = defaultdict(dict) if self.pseudo.on_issue is None else None
+
+    def start_batch(self) -> None:
+        """Drop what the walk kept of the entries walked so far (a streamed Bundle's batch is written, or set
+        aside): memory stays bounded, whatever the Bundle's size."""
+        self.pending, self.terms, self.walked, self.generated = [], {}, [], WrittenSlots()
+        self.original_references = {}
+        self.forget_outcomes()
 
 
 @dataclass
