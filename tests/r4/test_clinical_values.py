@@ -40,9 +40,9 @@ def test_a_vaccine_lot_number_is_kept_and_a_devices_serial_udi_and_lot_are_remov
                     "patient": {"reference": "Patient/p1"}, "occurrenceDateTime": "2024-01-02",
                     "lotNumber": "AAJN11K"}
     medication = {"resourceType": "Medication", "id": "m1", "batch": {"lotNumber": "9494788", "expirationDate": "2027-05-22"}}
+    udi = {"deviceIdentifier": "09504000059118", "carrierHRF": "(01)09504000059118(17)141120(10)7654321D(21)10987654d321"}
     device = {"resourceType": "Device", "id": "d1", "patient": {"reference": "Patient/p1"}, "lotNumber": "RZ-1234",
-              "serialNumber": "AC88F3-19", "udiCarrier": [{"deviceIdentifier": "09504000059118",
-                                                          "carrierHRF": "(01)09504000059118(17)141120(10)7654321D(21)10987654d321"}]}
+              "serialNumber": "AC88F3-19", "udiCarrier": [udi]}
     out_immunization, out_medication, out_device = _out(engine, immunization, medication, device)
     assert out_immunization["lotNumber"] == "AAJN11K"
     assert out_medication["batch"]["lotNumber"] == "9494788"
