@@ -104,3 +104,16 @@ def test_a_number_typed_into_a_name_does_not_mask_or_refuse_a_kept_lot_number(te
     out = engine.deidentify(bundle).resource["entry"][1]["resource"]
     assert out["lotNumber"] == "29-7741"
     assert "Zinc" not in out["note"][0]["text"]
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_a_reference_range_text_is_kept_with_only_known_identifiers_masked(test_key, profile):
+    engine = make_engine(test_key, profile)
+    engine.stack = FlagsEveryText()
+    observation = {"resourceType": "Observation", "id": "o1", "status": "final",
+                   "code": {"coding": [{"system": "http://loinc.org", "code": "2823-3"}]},
+                   "subject": {"reference": "Patient/p1"}, "valueQuantity": {"value": 4.2, "unit": "mmol/L"},
+                   "referenceRange": [{"text": "3.3-5.1 mmol/L"}, {"text": "Zinc lab: 21-29"}]}
+    out = _out(engine, observation)[0]
+    assert [r["text"] for r in out["referenceRange"]] == ["3.3-5.1 mmol/L", "[NAME] lab: 21-29"]
+    assert engine.stack.seen == []
