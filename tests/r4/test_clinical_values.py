@@ -117,3 +117,16 @@ def test_a_reference_range_text_is_kept_with_only_known_identifiers_masked(test_
     out = _out(engine, observation)[0]
     assert [r["text"] for r in out["referenceRange"]] == ["3.3-5.1 mmol/L", "[NAME] lab: 21-29"]
     assert engine.stack.seen == []
+
+
+def test_a_questions_text_is_the_forms_and_its_free_text_answer_still_goes_through_the_stack(engine):
+    engine.stack = FlagsEveryText()
+    response = {"resourceType": "QuestionnaireResponse", "id": "r1", "status": "completed",
+                "subject": {"reference": "Patient/p1"},
+                "item": [{"linkId": "/93025-5", "text": "Social Determinants Of Health", "item": [
+                    {"linkId": "/93025-5/1", "text": "Ann Zinc's housing", "answer": [{"valueString": "shelter downtown"}]}]}]}
+    out = _out(engine, response)[0]
+    assert out["item"][0]["text"] == "Social Determinants Of Health"
+    assert out["item"][0]["item"][0]["text"] == "[NAME]'s housing"
+    assert out["item"][0]["item"][0]["answer"][0]["valueString"] == "[NAME] downtown"
+    assert engine.stack.seen == ["shelter downtown"]
