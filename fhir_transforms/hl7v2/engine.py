@@ -23,6 +23,7 @@ from fhir_transforms.hl7v2.standard import standard_version
 from fhir_transforms import dates, values, zipcodes
 from fhir_transforms.errors import InputError, LeakFound, RecordRefused
 from fhir_transforms.fpe import FpeFallback, fpe_format, selects
+from fhir_transforms.known import name_words
 from fhir_transforms.methods import METHODS, check_implemented
 from fhir_transforms.pseudonym import Pseudonymizer
 from text_deid import leak_guard, replace
@@ -512,7 +513,8 @@ class MessageWalk:
 
         if datatype in ("XPN", "XCN", "PPN"):
             first = 1 if datatype == "XPN" else 2
-            parts = c(first + 1) + c(first + 2) + c(first)  # given, middle, family (with its subcomponents)
+            # given, middle, family (with its subcomponents), each by its words with a letter
+            parts = [p for p in map(name_words, c(first + 1) + c(first + 2) + c(first)) if p]
             if parts and datatype == "XPN":
                 add(KnownIdentifier(" ".join(parts), "NAME"))
                 for part in parts if len(parts) > 1 else ():  # each a name in its own right, whatever word it
@@ -522,7 +524,7 @@ class MessageWalk:
         elif datatype == "XON":
             self.org_names.update(v.strip().upper() for v in c(1))
         elif datatype == "NDL":
-            parts = c(1)[1:4]
+            parts = [p for p in map(name_words, c(1)[1:4]) if p]
             if parts:
                 add(KnownIdentifier(" ".join(parts), "NAME"))
         elif datatype == "XAD":
