@@ -64,7 +64,7 @@ class Anchor:
         line = f"{seq} {record_hash} {key.key_id} {_mac(key.secret, seq, record_hash)}\n".encode()
         try:
             os.write(self._open(), line)
-            os.fsync(self._fd)
+            os.fdatasync(self._fd)
         except OSError as e:
             raise AnchorError(f"audit anchor {self.path}: {e.strerror}") from None
 
