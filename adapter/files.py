@@ -267,3 +267,24 @@ def write_atomic(path: Path, data: bytes, root: Path | None = None) -> None:
     except BaseException:
         os.unlink(tmp)
         raise
+
+
+NAME_TOKEN = re.compile(r"[^\W_]+")  # words of a file name or a known value (Bob965, Koepp, 1484a42d)
+NAME_PART = re.compile(r"[^\W\d_]{3,}|\d{4,}")  # their letter and digit runs (Bob, 965 too short: kept apart)
+
+
+def _name_tokens(text: str) -> set[str]:
+    words = NAME_TOKEN.findall(text.casefold())
+    return {w for w in words if len(w) >= 3} | {p for w in words for p in NAME_PART.findall(w)}
+
+
+def private_name(target: Path, known, pseudo) -> Path:
+    """`target`, or where its file name holds a word of one of the record's known identifiers (Synthea's
+    `Given_Family_uuid.json`) a keyed pseudonym of the name with the same extension: a release's file names must
+    not name its patients. The same name and key always give the same pseudonym."""
+    words = set()
+    for k in known:
+        words |= _name_tokens(k.value)
+    if not words & _name_tokens(target.stem):
+        return target
+    return target.with_name(f"record-{pseudo.token('file-name', target.name, 16)}{target.suffix}")
