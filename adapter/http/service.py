@@ -356,19 +356,19 @@ def _param_value(param: dict | None) -> str | None:
 
 def _fhir_version(content_type: str, asked: str | None) -> str | None:
     """The FHIR version a request names: the `fhirVersion` parameter of its media type (FHIR's own way, e.g.
-    `application/fhir+json; fhirVersion=5.0`) or of its Parameters (r4, r5, auto or a number); None if neither."""
+    `application/fhir+json; fhirVersion=5.0`) or of its Parameters (r4, r5, stu3, auto or a number); None if neither."""
     named = {}
     for part in content_type.split(";")[1:]:
         key, _, value = part.partition("=")
         if key.strip().lower() == "fhirversion":
             version = versions.of_number(value.strip().strip('"'))
             if version is None:
-                raise HttpError(415, "not-supported", "fhirVersion of the media type must be 4.0, 4.3 or 5.0")
+                raise HttpError(415, "not-supported", "fhirVersion of the media type must be 3.0, 4.0, 4.3 or 5.0")
             named["media type"] = version
     if asked is not None:
         version = asked if asked in (*versions.FHIR_VERSIONS, versions.AUTO) else versions.of_number(asked)
         if version is None:
-            raise HttpError(400, "invalid", "parameter 'fhirVersion' must be r4, r5, auto or a FHIR version number")
+            raise HttpError(400, "invalid", "parameter 'fhirVersion' must be r4, r5, stu3, auto or a FHIR version number")
         named["parameter"] = version
     if len(set(named.values())) > 1:
         raise HttpError(400, "invalid", "the media type and the fhirVersion parameter name different FHIR versions")
