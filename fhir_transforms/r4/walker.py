@@ -629,7 +629,10 @@ def _model_requires(owner: str, name: str, version: str) -> bool:
 def _walk_values(node: dict, key: str, step: _Step, path: JsonPath, ctx: RecordContext, state: ResourceState) -> None:
     el, profile = step.element, ctx.profile
     sub_path = (path, key)
-    values = node[key] if type(node[key]) is list else [node[key]]
+    if (type(node[key]) is list) is not el.is_list:  # only reachable without validation: a cardinality error
+        raise InputError(f"{path_text(sub_path)}: expected {'a list' if el.is_list else 'one value, not a list'}"
+                         f" ({el.type})")
+    values = node[key] if el.is_list else [node[key]]
     if key == "modifierExtension":
         _check_modifiers(values, profile, sub_path)
     if el.type == "Extension":
