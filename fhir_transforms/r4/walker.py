@@ -561,6 +561,7 @@ def _walk_complex(node: dict, plan: dict[str, _Step], path: JsonPath, ctx: Recor
                 result = _apply(node, key, value, step, step.rule, step.method, step.marking, sub_path, node, key, ctx, state)
             if result is REMOVE:
                 del node[key]
+                _absent_in_place(node, key, step, ctx)
             elif type(result) is TextRef:
                 _pend(ctx, result, node, key, sub_path, state.labels)
             else:
@@ -608,9 +609,7 @@ def _absent_if_required(emptied: dict, step: _Step, ctx: RecordContext) -> bool:
     facility name a site removes) stays, marked data-absent (masked), so that the resource is still valid."""
     if not (step.element.required or _model_requires(step.owner, step.element.name, ctx.profile.fhir_version)):
         return False
-    mark = {"url": DATA_ABSENT, "valueCode": "masked"}
-    ctx.generated.add(mark, "valueCode")
-    emptied["extension"] = [mark]
+    emptied["extension"] = [_absent_mark(ctx)]
     return True
 
 
@@ -664,6 +663,39 @@ def _walk_values(node: dict, key: str, step: _Step, path: JsonPath, ctx: RecordC
         node[key] = out if is_list else out[0]
     else:
         del node[key]
+        _absent_in_place(node, key, step, ctx)
+
+
+def _absent_in_place(node: dict, key: str, step: _Step, ctx: RecordContext) -> None:
+    """A required element the rules removed leaves valid FHIR (the element table says what is required): a
+    primitive keeps only a data-absent-reason `masked` extension (`_address` for Endpoint.address), a complex
+    element an object holding only that extension. A required choice is the date methods' (`_mask_date`)."""
+    el = step.element
+    if key.startswith("_"):  # a primitive's own extensions, removed by its rule: the primitive decides
+        if key[1:] in node or (ctx.profile.fhir_version == "r4" and step.owner in R4_ONLY):
+            return
+        el = elements(step.owner, ctx.profile.fhir_version).get(key[1:])
+        if el is None:
+            return
+        key = key[1:]
+    if el.required_choice:
+        return
+    primitive = el.type in PRIMITIVE_TYPES
+    if not (el.required if primitive else _model_requires(step.owner, el.name, ctx.profile.fhir_version)):
+        return
+    if primitive and el.is_list:
+        return  # (codes of definitional resources, CapabilityStatement.format: no packaged rule removes one)
+    absent = {"extension": [_absent_mark(ctx)]}
+    if primitive:
+        node["_" + key] = absent
+    else:
+        node[key] = [absent] if el.is_list else absent
+
+
+def _absent_mark(ctx: RecordContext) -> dict:
+    mark = {"url": DATA_ABSENT, "valueCode": "masked"}
+    ctx.generated.add(mark, "valueCode")
+    return mark
 
 
 def _transform(node: dict, key: str, value, step: _Step, path: JsonPath, container, slot, ctx: RecordContext,
