@@ -205,10 +205,20 @@ def validate(resource: dict, path: str, version: str = versions.DEFAULT) -> None
     from pydantic import ValidationError  # pydantic loads with the first validation, not before
 
     name = version.upper()
+    apart: list[tuple[str, object]] = []
+    if _holds_value_extensions(resource):
+        resource = _copy(resource)
+        _take_value_extensions(resource, "", apart)
     try:
         model_class(rtype, version).model_validate(resource)
+        for where, held in apart:  # each an Element: its id and extensions
+            model_class("FHIRPrimitiveExtension", version).model_validate(held)
     except (KeyError, ValueError, TypeError) as e:
         hint = _other_version_hint(resource, version)
+        if isinstance(e, ValidationError) and e.title == "FHIRPrimitiveExtension":
+            where = f"{where}: " + "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['type']}"
+                                             for err in e.errors(include_input=False)[:5])
+            raise InputError(f"{path}: not a valid FHIR {name} {rtype}: {where}") from None
         if isinstance(e, ValidationError):
             where = "; ".join(
                 f"{'.'.join(str(p) for p in err['loc'])}: {err['type']}" for err in e.errors(include_input=False)[:5]
@@ -216,6 +226,30 @@ def validate(resource: dict, path: str, version: str = versions.DEFAULT) -> None
             raise InputError(f"{path}: not a valid FHIR {name} {rtype}: {where}{hint}") from None
         models = "R4B models" if version == "r4" else "R5 models"
         raise InputError(f"{path}: not a FHIR {name} resource the {models} know (resourceType {rtype!r}){hint}") from None
+
+
+def _holds_value_extensions(node) -> bool:
+    """Whether an extension holds a primitive extension of its value (`_valueInstant`): valid FHIR JSON that
+    fhir.resources' Extension models have no field for."""
+    if type(node) is dict:
+        if "url" in node and any(type(k) is str and k.startswith("_value") for k in node):
+            return True
+        return any(_holds_value_extensions(v) for v in node.values() if type(v) in (dict, list))
+    return type(node) is list and any(_holds_value_extensions(v) for v in node if type(v) in (dict, list))
+
+
+def _take_value_extensions(node, path: str, apart: list) -> None:
+    """Take every extension's `_value[x]` out of `node` (a copy) into `apart`, as (path, its Element), to be
+    validated on their own."""
+    if type(node) is dict:
+        for key in [k for k in node if "url" in node and type(k) is str and k.startswith("_value")]:
+            apart.append((f"{path}.{key}".lstrip("."), node.pop(key)))
+        for key, value in node.items():
+            if type(value) in (dict, list):
+                _take_value_extensions(value, f"{path}.{key}", apart)
+    elif type(node) is list:
+        for i, value in enumerate(node):
+            _take_value_extensions(value, f"{path}.{i}", apart)
 
 
 def _other_version_hint(resource: dict, version: str) -> str:
