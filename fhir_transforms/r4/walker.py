@@ -635,7 +635,7 @@ def _walk_values(node: dict, key: str, step: _Step, path: JsonPath, ctx: RecordC
     if key == "modifierExtension":
         _check_modifiers(values, profile, sub_path)
     if el.type == "Extension":
-        allowed = [v for v in values if type(v) is dict and is_one_of(v.get("url"), profile.extension_allow)]
+        allowed = _allowed_extensions(node, values, step.owner, profile)
         if len(allowed) != len(values):
             state.labels.add("REDACTED")
         values = allowed
@@ -696,6 +696,25 @@ def _absent_mark(ctx: RecordContext) -> dict:
     mark = {"url": DATA_ABSENT, "valueCode": "masked"}
     ctx.generated.add(mark, "valueCode")
     return mark
+
+
+def _allowed_extensions(node: dict, values: list, owner: str, profile: Profile) -> list:
+    """The extensions of `values` the allow-list lets through, by what they hold: an extension it defines, with a
+    value of a type its definition allows; inside such an extension (`owner` Extension), a sub-extension it
+    defines. An allowed url the list does not define (`allow`) may hold anything, as may its sub-extensions
+    that are allowed urls themselves."""
+    allow = profile.extension_allow
+    kind = allow.get(node.get("url")) if owner == "Extension" and type(node.get("url")) is str else None
+    if kind is not None:  # sub-extensions of a defined extension: its parts only
+        return [v for v in values if type(v) is dict and type(v.get("url")) is str and v["url"] in kind.parts
+                and kind.fits(v, kind.parts[v["url"]])]
+    found = []
+    for v in values:
+        if type(v) is dict and is_one_of(v.get("url"), allow):
+            own = allow[v["url"]]
+            if own is None or own.fits(v):
+                found.append(v)
+    return found
 
 
 def _transform(node: dict, key: str, value, step: _Step, path: JsonPath, container, slot, ctx: RecordContext,

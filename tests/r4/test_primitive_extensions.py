@@ -9,6 +9,7 @@ from fhir_transforms.errors import InputError
 from fhir_transforms.r4.record import validate
 
 DAR = "http://hl7.org/fhir/StructureDefinition/data-absent-reason"
+RACE = "http://hl7.org/fhir/us/core/StructureDefinition/us-core-race"
 
 
 def patient() -> dict:
@@ -16,7 +17,7 @@ def patient() -> dict:
             "extension": [{"url": DAR, "valueCode": "asked-unknown", "_valueCode": {"id": "v1", "extension": [
                 {"url": DAR, "valueCode": "masked"},
                 {"url": "http://example.org/site-note", "valueString": "unknown: dropped"},
-                {"url": "text", "valueString": "call 617-555-0142"}]}}],
+                {"url": RACE, "extension": [{"url": "text", "valueString": "call 617-555-0142"}]}]}}],
             "_birthDate": {"extension": [{"url": DAR, "valueCode": "unknown"},
                                          {"url": "http://example.org/unknown", "valueString": "x"}]},
             "contact": [{"name": {"family": "Quorvath", "given": ["Ilsa"], "_given": [{"extension": [
@@ -40,7 +41,7 @@ def test_its_extensions_go_through_the_rules_and_are_written_in_place(test_key, 
     out = make_engine(test_key, validate=validated).deidentify(patient()).resource
     held = out["extension"][0]["_valueCode"]
     assert held["id"] == "v1"
-    assert [e["url"] for e in held["extension"]] == [DAR, "text"]  # the unknown extension dropped
-    assert "617-555-0142" not in held["extension"][1]["valueString"]  # a string: through the text stack
+    assert [e["url"] for e in held["extension"]] == [DAR, RACE]  # the unknown extension dropped
+    assert "617-555-0142" not in held["extension"][1]["extension"][0]["valueString"]  # a string: the text stack
     assert out["_birthDate"] == {"extension": [{"url": DAR, "valueCode": "unknown"}]}
     validate(out, "out")
