@@ -18,7 +18,7 @@ from fhir_transforms.errors import InputError, UnknownModifier
 from fhir_transforms.r4.methods import BY_PATIENT, BY_VALUE, DATA_ABSENT, METHODS, REMOVE, TextRef, reused_by
 from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.rules import Profile, Rule
-from fhir_transforms.known import FULL_DATE_RE, is_one_of, type_codes
+from fhir_transforms.known import FULL_DATE_RE, THING_TYPES, identifier_category, is_one_of, names_a_thing, type_codes
 from fhir_transforms.r4.schema import PRIMITIVES, Element, declared_targets, elements, is_resource_type
 from fhir_transforms.r4.shapes import R4_ONLY, datatype_of, primitive_of
 from text_deid.spans import KnownIdentifier
@@ -118,6 +118,8 @@ class RecordContext:
     # resources many times over; None where each pseudonym issued is reported
     outcomes: defaultdict | None = field(init=False, default=None)
     known_seen: set = field(default_factory=set)  # (value, category) already in `known`
+    resource_ids: set = field(default_factory=set)  # the known identifiers that are resource ids and references
+    thing_names: tuple = ()  # the names of the record's organizations, locations and devices (known.thing_names)
     age_limits: dict = field(default_factory=dict)  # patient id → the year they turned 90 (patients aged 90+ only)
     record_key: str = ""  # the record as given (its type and id): `shift` with scope record keys its offset on it
     targets: dict = field(default_factory=dict)  # fullUrl or #id → resourceType of the record's own resources
@@ -199,6 +201,14 @@ class Site:
                 seen.add(key)
                 self.ctx.known.add(KnownIdentifier(value, category))
 
+    def record_identifier(self, value) -> None:
+        """An Identifier's value is a known identifier of the record, except one of an organization, location or
+        device that is a name of one of the record's (a software's identifier is often its name): it names no person,
+        and would mask the names of organizations and devices the rules keep."""
+        if self.res.type in THING_TYPES and names_a_thing(value, self.ctx.thing_names):
+            return
+        self.record_known(value, identifier_category(self.parent))
+
     def generated(self) -> None:
         self.ctx.generated.add(self.container, self.slot)
 
@@ -212,6 +222,7 @@ class Site:
         a narrative they would link each pseudonym to its original."""
         for found in references.original_ids(value, rtype):
             self.record_known(found, "UNIQUE_IDENTIFIER")
+            self.ctx.resource_ids.add(found)
 
     @property
     def resource_type(self) -> str:
