@@ -224,7 +224,7 @@ def validate(resource: dict, path: str, version: str = versions.DEFAULT) -> None
         model_class(rtype, version).model_validate(resource)
         for where, held in apart:  # each an Element: its id and extensions
             model_class("FHIRPrimitiveExtension", version).model_validate(held)
-    except (KeyError, ValueError, TypeError) as e:
+    except (KeyError, ValueError, TypeError, AttributeError) as e:  # (fhir.resources: AttributeError on `_birthDate: "7"`)
         hint = _other_version_hint(resource, version)
         if isinstance(e, ValidationError) and e.title == "FHIRPrimitiveExtension":
             where = f"{where}: " + "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['type']}"
@@ -235,6 +235,8 @@ def validate(resource: dict, path: str, version: str = versions.DEFAULT) -> None
                 f"{'.'.join(str(p) for p in err['loc'])}: {err['type']}" for err in e.errors(include_input=False)[:5]
             )
             raise InputError(f"{path}: not a valid FHIR {name} {rtype}: {where}{hint}") from None
+        if isinstance(e, AttributeError):  # the models' own validators met a value of the wrong JSON shape
+            raise InputError(f"{path}: not a valid FHIR {name} {rtype}: an element has the wrong JSON shape{hint}") from None
         models = "R4B models" if version == "r4" else "R5 models"
         raise InputError(f"{path}: not a FHIR {name} resource the {models} know (resourceType {rtype!r}){hint}") from None
 
@@ -268,7 +270,7 @@ def _other_version_hint(resource: dict, version: str) -> str:
     other = "r5" if version == "r4" else "r4"
     try:
         model_class(resource.get("resourceType"), other).model_validate(resource)
-    except (KeyError, ValueError, TypeError):
+    except (KeyError, ValueError, TypeError, AttributeError):
         return ""
     return f" (it is valid FHIR {other.upper()}: read it with --fhir-version {other})"
 

@@ -123,6 +123,25 @@ def test_a_list_where_fhir_has_one_value_is_bad_input_naming_the_path(test_key):
         make_engine(test_key, validate=False).deidentify(doc)
 
 
+def test_a_primitive_extension_that_is_not_an_object_is_bad_input_when_validated(test_key):
+    """fhir.resources raises AttributeError (not a validation error) on `_birthDate: "7"`: it is bad input."""
+    doc = copy.deepcopy(BUNDLE)
+    doc["entry"][0]["resource"]["_birthDate"] = "7"
+    with pytest.raises(InputError, match="not a valid FHIR R4 Bundle"):
+        make_engine(test_key, validate=True).deidentify(doc)
+
+
+def test_a_bulk_line_whose_id_is_a_list_is_refused_and_the_export_goes_on(tmp_path):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "Patient.000.ndjson").write_text(json.dumps({**PATIENT, "id": ["pat-0001"]}) + "\n"
+                                                         + json.dumps(PATIENT) + "\n")
+    (tmp_path / "in" / "Observation.000.ndjson").write_text(json.dumps({**OBSERVATION, "subject": [
+        {"reference": "Patient/pat-0001"}]}) + "\n")
+    deidentify_export(tmp_path / "in", tmp_path / "out", TEST_SECRET, stack="patterns", validate="off",
+                      today=FIXED_TODAY.isoformat(), tty=False, log=lambda m: None)
+    assert len((tmp_path / "out" / "Patient.000.ndjson").read_text().splitlines()) == 1
+
+
 @settings(max_examples=150, deadline=None)
 @given(reshaped(), st.booleans())
 def test_the_engine_answers_every_shape_with_output_bad_input_or_refusal(test_key, case, validate):
