@@ -2,7 +2,12 @@
 data-absent-reason `masked` extension beside it, decided from the element table, and the output validates."""
 from __future__ import annotations
 
-from fhir_transforms.r4.record import validate
+from fhir_transforms.pseudonym import Pseudonymizer
+from fhir_transforms.r4.record import Deidentifier, validate
+from fhir_transforms.r4.site import site_profile
+from fhir_transforms.site_rules import read_site_rules
+from tests.conftest import FIXED_TODAY
+from text_deid.stack import build_stack
 
 DAR = "http://hl7.org/fhir/StructureDefinition/data-absent-reason"
 ENDPOINT = {"resourceType": "Endpoint", "id": "ep1", "status": "active",
@@ -26,3 +31,12 @@ def test_a_removed_required_primitive_keeps_only_a_masked_data_absent_reason(eng
 def test_an_optional_primitive_removed_leaves_nothing_beside_it(engine):
     out = engine.deidentify({"resourceType": "Patient", "id": "p1", "multipleBirthInteger": 2}).resource
     assert "multipleBirthInteger" not in out and "_multipleBirthInteger" not in out
+
+
+def test_a_required_complex_element_a_site_removes_holds_only_the_mark(tmp_path, test_key):
+    path = tmp_path / "site.yaml"
+    path.write_text("extends: safe-harbor\nfhir:\n  rules:\n    Endpoint.connectionType: remove\n")
+    engine = Deidentifier(site_profile(read_site_rules(path)), Pseudonymizer(test_key), build_stack("patterns"),
+                          lambda: FIXED_TODAY, True)
+    out = engine.deidentify({k: v for k, v in ENDPOINT.items() if k != "_address"}).resource
+    assert out["connectionType"] == {"extension": [{"url": DAR, "valueCode": "masked"}]}  # Coding, 1..1
