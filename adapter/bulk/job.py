@@ -33,6 +33,7 @@ from adapter.audit import trail as audit
 from adapter import files as fhir_files
 from adapter import json_input
 from fhir_transforms import known as known_ids
+from fhir_transforms import safe_harbor_gaps
 from fhir_transforms.r4 import references
 from fhir_transforms.errors import (DetectorFailed, InputError, LeakFound, OutputInvalid, RecordRefused,
                                     UnknownModifier)
@@ -253,9 +254,11 @@ def scan(root: Path, files: list[str], index: PatientIndex, engine: Deidentifier
 
 def _index_person(line: bytes, rel: str, n: int, index: PatientIndex, engine: Deidentifier, validate: str) -> None:
     res = _json_or_none(line.removeprefix(b"\xef\xbb\xbf"))
-    if not isinstance(res, dict) or res.get("resourceType") not in COMPARTMENT_TYPES:
+    if not isinstance(res, dict) or not known_ids.is_one_of(res.get("resourceType"), COMPARTMENT_TYPES):
         return
-    patient = res.get("id") if res["resourceType"] == "Patient" else _reference_id((res.get("patient") or {}).get("reference"))
+    link = res.get("patient")  # (any JSON value before validation: pass 2 reports a wrong shape)
+    patient = res.get("id") if res["resourceType"] == "Patient" else \
+        _reference_id(link.get("reference") if isinstance(link, dict) else None)
     if not isinstance(patient, str) or not patient:
         return
     engine.validate = _validates(validate, rel, n)
@@ -364,7 +367,8 @@ def process_chunk(root: Path, chunk: Chunk, worker: Worker) -> tuple[bytes, dict
         if not isinstance(res, dict) or not isinstance(res.get("resourceType"), str):
             refusals.append([n, None, "invalid-json" if res is None else "not-a-resource"])
             continue
-        patients = sorted(linked_patients(res, line) | ({res.get("id")} - {None}))
+        own = res.get("id")  # (any JSON value before validation: the engine reports a wrong shape)
+        patients = sorted(linked_patients(res, line) | ({own} if isinstance(own, str) else set()))
         linked = [k for p in patients for k in worker.linked_known(p)]
         age_limits = {p: year for p in patients if (year := worker.linked_age_limit(p)) is not None}
         engine.validate = _validates(worker.validate, chunk.file, n)
@@ -612,8 +616,9 @@ def finish(out: Path, export: Export, journal: Journal, settings: Settings) -> d
         main_type = max(sorted(types), key=lambda t: types[t]) if types else rel.split(".", 1)[0]
         outputs.append({"type": main_type, "url": rel, "count": sum(types.values())})
     profile = settings.profile_rules()
-    tags = {"keyId": key_id_for(settings.secret), "profile": f"{profile.name}@{profile.version}", "stack": settings.stack,
-            **({"siteRules": profile.rules_sha256} if profile.rules_sha256 else {})}
+    tags = {"keyId": key_id_for(settings.secret), "profile": safe_harbor_gaps.label(profile), "stack": settings.stack,
+            **({"siteRules": profile.rules_sha256} if profile.rules_sha256 else {}),
+            "safeHarbor": not profile.safe_harbor_gaps}
     manifest = {**export.manifest_fields, "requiresAccessToken": False,
                 "output": [o for o in outputs if o["type"] != "OperationOutcome"],
                 "error": [o for o in outputs if o["type"] == "OperationOutcome"],

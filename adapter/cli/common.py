@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 from enum import Enum
+from pathlib import Path
 
 import typer
 
@@ -36,18 +37,28 @@ class Validation(str, Enum):
 class FhirVersion(str, Enum):
     r4 = "r4"
     r5 = "r5"
+    stu3 = "stu3"
     auto = "auto"
 
 
 FhirVersionOpt = typer.Option(FhirVersion.auto, "--fhir-version",
-                              help="The FHIR version of the input: r4, r5, or auto (each record's fhirVersion, "
-                                   "versioned meta.profile or version-only resource types; none: r4).")
+                              help="The FHIR version of the input: r4, r5, stu3, or auto (each record's fhirVersion, "
+                                   "versioned meta.profile, version-only resource types or STU3-only elements; "
+                                   "none: r4). The output stays in the input's version.")
 
 
 def tune_gc() -> None:
     """De-identification allocates millions of short-lived, acyclic JSON objects; with Python's default
     threshold the cycle collector ran so often that it took ~16% of the fast path (benchmarks/fhir_throughput.py)."""
     gc.set_threshold(GC_THRESHOLD, *gc.get_threshold()[1:])
+
+
+def check_output_apart(input: Path, output: Path) -> None:
+    """OUTPUT may be neither INPUT nor inside it: the next run over INPUT would read its own outputs as input."""
+    if input.resolve() == output.resolve():
+        fail("OUTPUT must differ from INPUT")
+    if input.is_dir() and output.resolve().is_relative_to(input.resolve()):
+        fail("OUTPUT must not be a folder inside INPUT (a later run would de-identify its own outputs)")
 
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> None:

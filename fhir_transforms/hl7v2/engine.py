@@ -20,7 +20,7 @@ from fhir_transforms.hl7v2.identifying import dates_with_time, holds_known_day, 
 from fhir_transforms.hl7v2.rules import (Datatype, DTMError, HL7Profile, Rule, dtm_age, dtm_full_date, dtm_shift, dtm_year,
                                          identifier_system, is_calendar_dtm, is_dtm)
 from fhir_transforms.hl7v2.standard import standard_version
-from fhir_transforms import dates, values, zipcodes
+from fhir_transforms import dates, safe_harbor_gaps, values, zipcodes
 from fhir_transforms.errors import InputError, LeakFound, RecordRefused
 from fhir_transforms.fpe import FpeFallback, fpe_format, selects
 from fhir_transforms.known import name_words
@@ -222,9 +222,13 @@ class MessageWalk:
         if sid == "MSH":
             while len(msh.parts) <= msh.index(int(n)):
                 msh.parts.append("")
-            # a site rules file's hash (its first 12 hex digits; the audit holds all of it) joins the profile's name
-            rules = f"+{self.profile.rules_sha256[:12]}" if self.profile.rules_sha256 else ""
-            msh.set(int(n), er7.escape(f"deid/{self.pseudo.key_id}/{self.profile.name}{rules}", self.d))
+            # a site rules file's hash (its first 12 hex digits; the audit holds all of it) joins the profile's name;
+            # rules that keep more than Safe Harbor are named by their hash alone, and say so
+            sha = self.profile.rules_sha256[:12]
+            name = self.profile.name + (f"+{sha}" if sha else "")
+            if self.profile.safe_harbor_gaps:
+                name = (f"site.{sha}" if sha else self.profile.name) + f"/{safe_harbor_gaps.NOT_SAFE_HARBOR}"
+            msh.set(int(n), er7.escape(f"deid/{self.pseudo.key_id}/{name}", self.d))
 
     # --- rules on repetitions, components, leaves
     def _resolve(self, rule: Rule) -> Rule | Datatype:
