@@ -16,10 +16,10 @@ from typing import Callable
 
 from fhir_transforms.hl7v2 import message as er7
 from fhir_transforms.hl7v2 import payload as ed
-from fhir_transforms.hl7v2.identifying import dates_with_time, holds_known_day, identifying
+from fhir_transforms.hl7v2.identifying import MIN_CHARACTERS, dates_with_time, holds_known_day, identifying
 from fhir_transforms.hl7v2.rules import (Datatype, DTMError, HL7Profile, Rule, dtm_age, dtm_full_date, dtm_shift, dtm_year,
-                                         identifier_system, is_calendar_dtm, is_dtm)
-from fhir_transforms.hl7v2.standard import standard_version
+                                         identifier_system, is_calendar_dtm, is_dtm, readable_year)
+from fhir_transforms.hl7v2.standard import field_type, standard_version
 from fhir_transforms import dates, values, zipcodes
 from fhir_transforms.errors import InputError, LeakFound, RecordRefused
 from fhir_transforms.fpe import FpeFallback, fpe_format, selects
@@ -49,6 +49,14 @@ SHORT_CODE_RE = re.compile(r"[A-Za-z]{1,3}")  # an XAD part this short is a code
 ROUTING_SPLIT_RE = re.compile(r"[\^&~]")
 INTEGER_RE = re.compile(r"[+-]?\d+")
 DECIMAL_RE = re.compile(r"[+-]?(\d+\.\d*|\.\d+)")
+# Segments about the patient or their visit: there a kept code or number that is a whole calendar date (with
+# or without a time) is a date a sender put one field off, and gets the date rule (elsewhere only with a time:
+# a code may be an 8-digit number)
+PATIENT_SEGMENTS = frozenset({"PID", "PD1", "PV1", "PV2", "NK1", "GT1", "IN1", "IN2", "IN3", "MRG", "QPD"})
+DAY_RE = re.compile(r"\d{8}")
+ZIP_RE = re.compile(r"\s*\d{5}(?:-?\d{4})?\s*")  # a ZIP code in an address's state (XAD-4): ruled as XAD-5
+ADDRESS_TYPES = frozenset({"XAD", "AD"})
+QIP_FIELD_RE = re.compile(r"@?([A-Z][A-Z0-9]{2})[.-](\d+)(?:\.(\d+))?(?:\.(\d+))?")  # @PID.5.1
 _value_and_category = attrgetter("value", "category")  # KnownIdentifier's own order, without its generated __lt__
 
 
@@ -91,6 +99,7 @@ class MessageWalk:
         self._open_note: tuple[str, Note] | None = None
         self._fields: list[tuple[er7.Segment, int, list]] = []
         self._cleared: list[tuple[er7.Segment, int, str]] = []  # fields whose rule empties every leaf
+        self._copy_back: list[tuple[list[str], int, list[str], int]] = []  # QIP values ruled in their field's place
         self._not_separators = _not_separators(self.d)
 
     # --- segments and fields
@@ -103,13 +112,16 @@ class MessageWalk:
             for n, raw in _fields(seg):
                 if not raw or raw == '""':
                     continue
+                if (seg.sid == "QPD" and n >= 3) or f"{seg.sid}.{n}" in self.profile.subject_values:
+                    self._query_field(seg, n, raw, f"{seg.sid}[{k}]-{n}")
+                    continue
                 rule, kind = plans.get(n) or self._plan(seg, n, plans)
                 if kind is KEEP:  # a datatype (ID, NM...) whose rule is `keep` is kept the same
                     continue
                 if kind is CONDITIONAL:  # a site rule's condition: decided per repetition
                     self._conditional(rule, seg, n, raw, f"{seg.sid}[{k}]-{n}")
                     continue
-                if kind is CHECKED and not DATE_TIME_RE.search(raw):
+                if kind is CHECKED and not (DAY_RE if seg.sid in PATIENT_SEGMENTS else DATE_TIME_RE).search(raw):
                     self.checked_fields.append((seg, n, raw))  # checked whole, split only on a hit
                     continue
                 if kind is CLEARS:  # every leaf emptied: only the separators stay
@@ -120,6 +132,48 @@ class MessageWalk:
                 for rep in f:
                     self.rep(rule, rep, where, seg)
                 self._fields.append((seg, n, f))
+
+    def _query_field(self, seg: er7.Segment, n: int, raw: str, where: str) -> None:
+        """A query parameter (QPD-3 on) by its query's statement in the profile (`queries`, by QPD-1.1): a rule,
+        or `@SEG.n^value` pairs; else, as a subject field's values (QRF-5), every value removed and known."""
+        name = self._decoded(seg.get(1).split(self.d.component)[0]).strip().upper() if seg.sid == "QPD" else ""
+        query = self.profile.queries.get(name)
+        f = er7.split_field(raw, self.d)
+        for rep in f:
+            if query and n in query.pairs:
+                self._query_pair(rep, where, seg)
+            elif query and n in query.fields:
+                self.rep(query.fields[n], rep, where, seg)
+            else:
+                self._known_and_removed(rep)
+        self._fields.append((seg, n, f))
+
+    def _query_pair(self, rep: list[list[str]], where: str, seg: er7.Segment) -> None:
+        """A QIP `@SEG.n[.c[.s]]^value` pair: the value (component 2) ruled as the field it names, in that field's
+        component and subcomponent; a name of no field the standard defines: the value removed and known."""
+        m = QIP_FIELD_RE.fullmatch(self._decoded(rep[0][0]).strip()) if rep and rep[0] else None
+        sid, n = (m.group(1), int(m.group(2))) if m else ("", 0)
+        if len(rep) < 2 or not m or (field_type(self.version, sid, n) is None and f"{sid}.{n}" not in self.profile.fields):
+            self._known_and_removed(rep[1:])
+            return
+        c, sub = int(m.group(3) or 1), int(m.group(4) or 0)
+        value = rep[1]
+        holder = [""] * (sub - 1) + value[:1] if sub else value  # the value where its field holds it
+        self.rep(self.profile.rule(sid, n, self.version), [[""] for _ in range(c - 1)] + [holder], f"{where}.2", seg)
+        if sub:
+            self._copy_back.append((holder, sub - 1, value, 0))
+        self._known_and_removed(rep[2:])
+
+    def _known_and_removed(self, comps: list[list[str]]) -> None:
+        """Every leaf emptied and kept as a known identifier of the message: a whole calendar date as a date,
+        anything else as a unique identifier (the text stack masks it, the guard looks for it)."""
+        for comp in comps:
+            for j, raw in enumerate(comp):
+                value = self._decoded(raw).strip()
+                if value:
+                    full = dtm_full_date(value) if is_calendar_dtm(value) else None
+                    self.known.add(KnownIdentifier(full, "DATE") if full else KnownIdentifier(value, "UNIQUE_IDENTIFIER"))
+                comp[j] = ""
 
     def _plan(self, seg: er7.Segment, n: int, plans: dict[int, tuple[Rule, str]]) -> tuple[Rule, str]:
         rule = self._rule(seg, n)
@@ -140,6 +194,8 @@ class MessageWalk:
 
     def finish(self) -> None:
         """Write every transformed field back into its segment (after the text stack wrote its notes)."""
+        for holder, i, comp, j in self._copy_back:
+            comp[j] = holder[i]
         for seg, n, f in self._fields:
             seg.set(n, er7.join_field(f, self.d))
         for seg, n, raw in self._cleared:
@@ -277,9 +333,10 @@ class MessageWalk:
     def _keep(self, rule: Rule, leaves, where, owner, rep, seg, container) -> None:
         if not rule.options.get("checked"):
             return None
-        for holder, j in leaves:  # a number or code that holds a date with a time: a sender's misuse
+        with_time = seg.sid not in PATIENT_SEGMENTS
+        for holder, j in leaves:  # a number or code that holds a date (with a time): a sender's misuse
             value = self._decoded(holder[j])
-            if is_calendar_dtm(value, with_time=True):
+            if is_calendar_dtm(value, with_time=with_time):
                 self._as_date(holder, j, value, where, owner, rep)
             elif value.strip():
                 self.checked.append((holder, j, value))
@@ -316,6 +373,11 @@ class MessageWalk:
                 holder[j] = ""
 
     def _text(self, rule: Rule, leaves, where, owner, rep, seg, container) -> None:
+        if owner in ADDRESS_TYPES and where.endswith(".4") and ZIP_RE.fullmatch(self._decoded(leaves[0][0][leaves[0][1]])):
+            address = self.profile.datatype(owner)  # a ZIP in the state: ruled as the ZIP (XAD-5)
+            zip_rule = self._resolve(address.components.get(5, address.default)) if isinstance(address, Datatype) else None
+            if isinstance(zip_rule, Rule):
+                return self.method(zip_rule, leaves, where, owner, rep, seg, container)
         for holder, j in leaves:
             if holder[j]:
                 self.text(holder, j, where, owner, rep, seg)
@@ -370,7 +432,10 @@ class MessageWalk:
                 return self._age90(value)
             out = dtm_year(value) if m == "year" else dtm_shift(value, self._offset(options))
         except (DTMError, dates.DateFormatError, ValueError):
-            return None
+            # a timestamp that is not standard (a sender's MSH-7 `2024-01-01T12:00`): its year where one reads
+            out = readable_year(value) if m == "year" else None
+            if out is None:
+                return None
         self.written_dates.add((self._segment_number, out))
         return out
 
@@ -513,7 +578,10 @@ class MessageWalk:
         if datatype in ("XPN", "XCN", "PPN"):
             first = 1 if datatype == "XPN" else 2
             parts = c(first + 1) + c(first + 2) + c(first)  # given, middle, family (with its subcomponents)
-            if parts and datatype == "XPN":
+            subject = datatype == "XCN" and _field_key(where) in self.profile.subject_names
+            if subject and c(1):
+                add(KnownIdentifier(c(1)[0], "UNIQUE_IDENTIFIER"))
+            if parts and (datatype == "XPN" or subject):
                 add(KnownIdentifier(" ".join(parts), "NAME"))
                 for part in parts if len(parts) > 1 else ():  # each a name in its own right, whatever word it
                     add(KnownIdentifier(part, "NAME"))        # spells (titles have their own components)
@@ -569,16 +637,20 @@ class MessageWalk:
 
     def known_identifiers(self) -> tuple[tuple[KnownIdentifier, ...], tuple[KnownIdentifier, ...]]:
         """(for the text stack, for the leak guard): the known identifiers that identify alone
-        (`identifying.identifying`), in a stable order. Staff names (XCN) are masked in text unless an
-        organisation of the message bears the same name, but the guard does not look for them: they are not
-        the patient's, and codes (a route "HAND", a department) often share a word with one."""
+        (`identifying.identifying`), in a stable order; the guard's names without their short words. Staff
+        names (XCN) are masked in text unless an organisation of the message bears the same name, but the guard
+        does not look for them: they are not the patient's, and codes (a route "HAND", a department) often
+        share a word with one."""
         msh = self.message.segments[0]
         routing = {t.strip().upper() for n in (3, 4, 5, 6) for t in ROUTING_SPLIT_RE.split(self._decoded(msh.get(n)))}
         orgs = self.org_names | routing
         staff = {KnownIdentifier(v, "NAME") for v in self.staff_names if v.strip().upper() not in orgs}
         patient = {k for k in self.known if identifying(k, routing)}
         text = patient | {k for k in staff if identifying(k, routing)}
-        return tuple(sorted(text, key=_value_and_category)), tuple(sorted(patient, key=_value_and_category))
+        # the guard reads names less their one- and two-letter words (each part long enough is a known identifier
+        # of its own): those spell table codes, an initial "BC" in a plan code "BC-CNY", a prefix "Mr" in "MR"
+        guarded = {k for k in map(_long_words, patient) if k.value}
+        return tuple(sorted(text, key=_value_and_category)), tuple(sorted(guarded, key=_value_and_category))
 
     def _note_for(self, seg: er7.Segment, where: str) -> Note:
         if seg.sid == "OBX" and where.rsplit("-", 1)[-1].split(".")[0] == "5":
@@ -780,6 +852,21 @@ def _leaks(message: er7.Message, profile: HL7Profile, version: str, written_date
             return []
     strings = _output_strings(message, profile, version, written_dates, skip_codes)
     return leak_guard.scan(strings, guarded) + dates_with_time(strings, guarded)
+
+
+def _long_words(known: KnownIdentifier) -> KnownIdentifier:
+    """A name without its words of fewer than MIN_CHARACTERS letters; any other known identifier as it is."""
+    if known.category != "NAME":
+        return known
+    words = known.value.split()
+    long = [w for w in words if len(w.strip(".,")) >= MIN_CHARACTERS]
+    return known if len(long) == len(words) else KnownIdentifier(" ".join(long), "NAME")
+
+
+def _field_key(where: str) -> str:
+    """`QRD.8` for a place `QRD[2]-8.1`."""
+    sid, _, rest = where.partition("[")
+    return f"{sid}.{rest.split('-', 1)[-1].split('.')[0]}"
 
 
 def _number_or_text(value: str):
