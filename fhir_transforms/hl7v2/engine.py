@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import date
 from functools import lru_cache
 from operator import attrgetter
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from fhir_transforms.hl7v2 import message as er7
 from fhir_transforms.hl7v2 import payload as ed
@@ -58,6 +58,21 @@ ZIP_RE = re.compile(r"\s*\d{5}(?:-?\d{4})?\s*")  # a ZIP code in an address's st
 ADDRESS_TYPES = frozenset({"XAD", "AD"})
 QIP_FIELD_RE = re.compile(r"@?([A-Z][A-Z0-9]{2})[.-](\d+)(?:\.(\d+))?(?:\.(\d+))?")  # @PID.5.1
 _value_and_category = attrgetter("value", "category")  # KnownIdentifier's own order, without its generated __lt__
+
+
+class Finding(NamedTuple):
+    """Where the text stack found PHI in a message, for the audit: the place of the text (`NTE[3]-3`, a run of OBX
+    lines by its first; `message 2/` before it in a file), never its value, and the span in it."""
+
+    path: str
+    span: Span
+
+
+class HL7Result(NamedTuple):
+    """A de-identified message or file, and where the text stack found PHI in it."""
+
+    text: str
+    findings: tuple[Finding, ...] = ()
 
 
 @dataclass
@@ -733,6 +748,7 @@ class HL7Deidentifier:
     stack: TextStack
     clock: Callable[[], date] = dates.today
     terms: TextStack = field(default_factory=known_identifiers_only)  # what kept coded text is searched with
+    charset: str = ""  # the codec of messages whose MSH-18 is empty (--charset), else the profile's
     # per rule (by identity: the profile's own objects, held here so that an id is never another's), worked out
     # once: what `run` does with a field, the resolved rule of each component of a datatype, OBX-5 age rules
     _kinds: dict[int, tuple[Rule, str]] = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -788,6 +804,11 @@ class HL7Deidentifier:
         """The OBX-5 rule of an age in years where the profile perturbs numbers (NM): the NM rule's, as an age."""
         return _once(self._age_rules, nm, lambda rule: Rule(method="perturb", options={**rule.options, "age": True}))
 
+    def read(self, data: bytes) -> er7.Decoded:
+        """HL7v2 bytes as text (`message.read_bytes`): where MSH-18 is empty, in the channel's character set (`charset`,
+        else the site rules file's), else only as UTF-8."""
+        return er7.read_bytes(data, self.charset or self.profile.charset)
+
     def deidentify(self, message: str) -> str:
         """One ER7 message in, its de-identified ER7 out (segments ended by \\r).
 
@@ -796,20 +817,31 @@ class HL7Deidentifier:
         """
         return self._message(er7.parse_message(message), "message")
 
+    def deidentify_with_findings(self, message: str) -> HL7Result:
+        """`deidentify`, and where the text stack found PHI (paths within the message)."""
+        findings: list[Finding] = []
+        return HL7Result(self._message(er7.parse_message(message), "message", findings, ""), tuple(findings))
+
     def deidentify_file_text(self, text: str) -> str:
         """Every message of a file (and its FHS/BHS/BTS/FTS envelope), de-identified, in order."""
+        return self.deidentify_file(text).text
+
+    def deidentify_file(self, text: str) -> HL7Result:
+        """`deidentify_file_text`, and where the text stack found PHI (`message N/` before each path)."""
         items = er7.parse_text(text)
-        out = []
+        out: list[str] = []
+        findings: list[Finding] = []
         n = 0
         for item in items:
             if item.envelope:
-                out.append(self._message(item, f"envelope {item.segments[0].sid}"))
+                where = f"envelope {item.segments[0].sid}"
             else:
                 n += 1
-                out.append(self._message(item, f"message {n}"))
-        return "".join(out)
+                where = f"message {n}"
+            out.append(self._message(item, where, findings, where + "/"))
+        return HL7Result("".join(out), tuple(findings))
 
-    def _message(self, message: er7.Message, where: str) -> str:
+    def _message(self, message: er7.Message, where: str, findings: list[Finding] | None = None, at: str = "") -> str:
         before = message.ids()
         known: set[KnownIdentifier] = set()
         walk = MessageWalk(self, message, known)
@@ -824,6 +856,8 @@ class HL7Deidentifier:
             raise RecordRefused(f"{where}: text detector failed: {e}") from None
         for note, spans in zip(notes + terms, found):
             note.write(note, spans)
+            if findings is not None:
+                findings.extend(Finding(at + note.where, span) for span in spans)
         walk.remove_kept_identifiers(guarded)
         walk.finish()
         out = er7.fit_charset(message)  # the output as written; the guard reads its fields

@@ -15,6 +15,7 @@ from typing import Callable
 
 
 from fhir_transforms import dates
+from fhir_transforms.hl7v2.message import charset_codec
 from fhir_transforms.hl7v2.standard import datatype_names, defined_fields, field_type, table_components
 from fhir_transforms.methods import HL7V2, METHODS
 from fhir_transforms.rules import ProfileError, check_options, read_profile_file
@@ -159,6 +160,7 @@ class HL7Profile:
     queries: dict[str, QueryParameters] = field(default_factory=dict)  # by QPD-1.1, upper case
     subject_names: frozenset[str] = frozenset()  # SEG.n of XCN fields that name the patient queried (QRD-8)
     subject_values: frozenset[str] = frozenset()  # SEG.n whose every value is about that patient (QRF-5)
+    charset: str = ""  # the codec of messages whose MSH-18 is empty (a site rules file's `charset`), else UTF-8 only
     rules_sha256: str = ""  # a site rules file's hash (fhir_transforms/site_rules.py); "" for a packaged profile
     # lookups repeat for every field of every message: each answer is worked out once
     _rules: dict[tuple[str, str, int], Rule] = field(default_factory=dict, repr=False)
@@ -350,8 +352,19 @@ def hl7_profile_from_doc(doc: dict, where_of: Callable[..., str], rules_sha256: 
                  for name, spec in (doc.get("queries") or {}).items()},
         subject_names=frozenset(doc.get("subject_names", [])),
         subject_values=frozenset(doc.get("subject_values", [])),
+        charset=_charset(doc.get("charset"), where_of("charset")),
         rules_sha256=rules_sha256,
     )
+
+
+def _charset(name, where: str) -> str:
+    """The codec a profile's `charset` names ('' for none); an unknown or ambiguous name is an error."""
+    if name is None:
+        return ""
+    codec = charset_codec(str(name))
+    if codec is None:
+        raise ProfileError(f"{where}: unknown character set {str(name)[:24]!r} (HL7 table 0211: 8859/1, UNICODE UTF-8 ...)")
+    return codec
 
 
 def _query(spec: dict, where: str, datatypes: set[str]) -> QueryParameters:
