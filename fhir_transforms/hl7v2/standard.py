@@ -65,8 +65,8 @@ def field_type(version: str, sid: str, n: int) -> str | None:
     at = SUPPORTED.index(version)
     for v in SUPPORTED[at:]:
         found = field_types(v).get((sid, n))
-        if found == "WD":
-            return _last_defined(at, sid, n) or found
+        if found and found.upper() == "WD":  # hl7apy's v2.6 tables spell it `wd`
+            return _last_defined(at, sid, n) or "WD"
         if found:
             if version in OLDEST and (found == "ST" or found.startswith("CM")):
                 later = field_types("2.3").get((sid, n))
@@ -79,7 +79,7 @@ def _last_defined(before: int, sid: str, n: int) -> str | None:
     """The type the last version before `SUPPORTED[before]` gave a field, a withdrawn one's skipped."""
     for v in reversed(SUPPORTED[:before]):
         found = field_types(v).get((sid, n))
-        if found and found != "WD":
+        if found and found.upper() != "WD":
             return found
     return None
 

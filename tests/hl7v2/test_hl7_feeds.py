@@ -10,6 +10,7 @@ import pytest
 
 from fhir_transforms.hl7v2.engine import HL7Deidentifier
 from fhir_transforms.hl7v2.rules import load_hl7_profile, readable_year
+from fhir_transforms.hl7v2.standard import field_type
 from fhir_transforms.pseudonym import Pseudonymizer
 from tests.conftest import FIXED_TODAY
 from text_deid.stack import build_stack
@@ -140,6 +141,17 @@ def test_readable_year(value, year):
 
 
 # --- the oldest versions and withdrawn fields
+@pytest.mark.parametrize("version, sid, n, datatype", [
+    ("2.1", "PID", 6, "XPN"), ("2.1", "PID", 4, "CX"), ("2.2", "ORC", 2, "EI"), ("2.2", "OBR", 3, "EI"),
+    ("2.1", "PID", 5, "PN"),                            # typed in v2.1 already: its own type
+    ("2.8", "PID", 2, "CX"), ("2.7", "PID", 4, "CX"),   # withdrawn: the last version that defined it
+    ("2.8", "PR1", 8, "XCN"),                           # withdrawn, spelled `wd` in hl7apy's v2.6
+    ("2.7", "QRD", 8, "XCN"),                           # a withdrawn segment
+    ("2.5.1", "PID", 5, "XPN")])
+def test_field_types_of_old_and_withdrawn_fields(version, sid, n, datatype):
+    assert field_type(version, sid, n) == datatype
+
+
 def test_v21_mothers_maiden_name_and_alternate_id(deid):
     """v2.1 PID-4 (ST) and PID-6 (ST) are an identifier and a name, as from v2.3 (CX, XPN)."""
     out = deid.deidentify(message(msh("ADT^A01", "2.1"),
