@@ -154,30 +154,44 @@ class MessageWalk:
         name = self._decoded(seg.get(1).split(self.d.component)[0]).strip().upper() if seg.sid == "QPD" else ""
         query = self.profile.queries.get(name)
         f = er7.split_field(raw, self.d)
-        for rep in f:
-            if query and n in query.pairs:
-                self._query_pair(rep, where, seg)
-            elif query and n in query.fields:
+        if query and n in query.pairs:
+            self._query_pairs(f, f"{where}.2", seg)
+        for rep in f if not (query and n in query.pairs) else ():
+            if query and n in query.fields:
                 self.rep(query.fields[n], rep, where, seg)
             else:
                 self._known_and_removed(rep)
         self._fields.append((seg, n, f))
 
-    def _query_pair(self, rep: list[list[str]], where: str, seg: er7.Segment) -> None:
-        """A QIP `@SEG.n[.c[.s]]^value` pair: the value (component 2) ruled as the field it names, in that field's
-        component and subcomponent; a name of no field the standard defines: the value removed and known."""
-        m = QIP_FIELD_RE.fullmatch(self._decoded(rep[0][0]).strip()) if rep and rep[0] else None
-        sid, n = (m.group(1), int(m.group(2))) if m else ("", 0)
-        if len(rep) < 2 or not m or (field_type(self.version, sid, n) is None and f"{sid}.{n}" not in self.profile.fields):
-            self._known_and_removed(rep[1:])
-            return
-        c, sub = int(m.group(3) or 1), int(m.group(4) or 0)
-        value = rep[1]
-        holder = [""] * (sub - 1) + value[:1] if sub else value  # the value where its field holds it
-        self.rep(self.profile.rule(sid, n, self.version), [[""] for _ in range(c - 1)] + [holder], f"{where}.2", seg)
-        if sub:
-            self._copy_back.append((holder, sub - 1, value, 0))
-        self._known_and_removed(rep[2:])
+    def _query_pairs(self, f: list, where: str, seg: er7.Segment) -> None:
+        """QIP `@SEG.n[.c[.s]]^value` pairs (a repetition each): each value (component 2) ruled as the field it
+        names, in that field's component and subcomponent, the pairs that name one field together (an id with its
+        authority, `@PID.3.1` with `@PID.3.4.1`, gets the pseudonym the same id has in PID-3). A pair that names
+        no field of the standard, and what follows a value: removed and known."""
+        shaped: dict[tuple[str, int], list[list[list[str]]]] = {}  # (segment, field) → reps in the field's shape
+        for rep in f:
+            m = QIP_FIELD_RE.fullmatch(self._decoded(rep[0][0]).strip()) if rep and rep[0] else None
+            sid, n = (m.group(1), int(m.group(2))) if m else ("", 0)
+            if len(rep) < 2 or not m or (field_type(self.version, sid, n) is None
+                                         and f"{sid}.{n}" not in self.profile.fields):
+                self._known_and_removed(rep[1:])
+                continue
+            c, sub = int(m.group(3) or 1), int(m.group(4) or 0)
+            value, slots = rep[1], range(sub - 1, sub) if sub else range(len(rep[1]))
+            reps = shaped.setdefault((sid, n), [])
+            target = next((r for r in reps if not any(_slot(r, c, j) for j in slots)), None)  # a free place
+            if target is None:
+                reps.append(target := [])
+            target.extend([""] for _ in range(c - len(target)))
+            comp = target[c - 1]
+            comp.extend("" for _ in range(max(slots) + 1 - len(comp)))
+            for k, j in enumerate(slots):
+                comp[j] = value[k]
+                self._copy_back.append((comp, j, value, k))
+            self._known_and_removed(rep[2:])
+        for (sid, n), reps in shaped.items():
+            for rep in reps:
+                self.rep(self.profile.rule(sid, n, self.version), rep, where, seg)
 
     def _known_and_removed(self, comps: list[list[str]]) -> None:
         """Every leaf emptied and kept as a known identifier of the message: a whole calendar date as a date,
@@ -895,6 +909,11 @@ def _long_words(known: KnownIdentifier) -> KnownIdentifier:
     words = known.value.split()
     long = [w for w in words if len(w.strip(".,")) >= MIN_CHARACTERS]
     return known if len(long) == len(words) else KnownIdentifier(" ".join(long), "NAME")
+
+
+def _slot(rep: list[list[str]], c: int, j: int) -> bool:
+    """Whether subcomponent `j` (from 0) of component `c` (from 1) of a rep holds a value already."""
+    return len(rep) >= c and len(rep[c - 1]) > j and rep[c - 1][j] != ""
 
 
 def _field_key(where: str) -> str:

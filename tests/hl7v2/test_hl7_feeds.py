@@ -75,18 +75,31 @@ def test_rsp_k11_echo_keeps_no_maiden_name_and_matches_the_pid(deid):
     assert field(out, "QAK", 1) == "Q0001" and field(out, "QAK", 3).startswith("Z34^")
 
 
-def test_pdq_qip_pairs_are_ruled_by_the_field_they_name(deid):
-    """QBP^Q22 (IHE PDQ): each `@PID.n^value` pair ruled as PID-n; a pair naming no field is removed."""
+def test_pdq_query_qbp_q22(deid):
+    """QBP^Q22 (IHE PDQ): the demographics pairs go, the query name, tag and RCP stay."""
     out = deid.deidentify(message(
         msh("QBP^Q22^QBP_Q21", "2.5"),
+        "QPD|Q22^Find Candidates^HL70471|Q0002|@PID.5.1^Quorlan~@PID.5.2^Vexabeth~@PID.7^20100412~@PID.3.1^44556",
+        "RCP|I|10^RD"))
+    assert_gone(out)
+    assert field(out, "QPD", 3).startswith("@PID.5.1^~@PID.5.2^~@PID.7^2010~@PID.3.1^")
+    assert (field(out, "QPD", 1), field(out, "QPD", 2), field(out, "RCP", 2)) == (
+        "Q22^Find Candidates^HL70471", "Q0002", "10^RD")
+
+
+def test_pdq_qip_pairs_are_ruled_by_the_field_they_name(deid):
+    """RSP^K22 (IHE PDQ): each `@PID.n^value` pair ruled as PID-n, an id with its authority as PID-3 rules the
+    same id; a pair naming no field is removed."""
+    out = deid.deidentify(message(
+        msh("RSP^K22^RSP_K21", "2.5"), "MSA|AA|CTRL1", "QAK|Q0002|OK",
         "QPD|IHE PDQ Query|Q0002|@PID.5.1^Quorlan~@PID.5.2^Vexabeth~@PID.7^20100412~@PID.3.1^44556~"
-        "@PID.11.5^62704~@ZZZ.1^Tamsin|||||^^^REGISTRY", "RCP|I|10^RD"))
+        "@PID.3.4.1^REGISTRY~@PID.11.5^62704~@ZZZ.1^Tamsin|||||^^^REGISTRY",
+        "PID|1||44556^^^REGISTRY^MR||Quorlan^Vexabeth"))
     assert_gone(out)
     pairs = field(out, "QPD", 3).split("~")
-    assert pairs[0] == "@PID.5.1^" and pairs[1] == "@PID.5.2^"
-    assert pairs[2] == "@PID.7^2010"
-    assert re.fullmatch(r"@PID\.3\.1\^" + PSEUDONYM, pairs[3])
-    assert pairs[4] == "@PID.11.5^627" and pairs[5] == "@ZZZ.1^"
+    assert pairs[:3] == ["@PID.5.1^", "@PID.5.2^", "@PID.7^2010"]
+    assert pairs[3] == "@PID.3.1^" + field(out, "PID", 3).split("^")[0] and re.fullmatch(PSEUDONYM, pairs[3][9:])
+    assert pairs[4:] == ["@PID.3.4.1^", "@PID.11.5^627", "@ZZZ.1^"]
 
 
 def test_unknown_query_parameters_are_removed_and_known(deid):
