@@ -87,3 +87,9 @@ def test_the_audit_record_of_an_hl7_file_lists_its_findings_without_values(tmp_p
     found = {(f["path"], f["category"]) for f in record["findings"]}
     assert ("message 1/NTE[4]-3", "NAME") in found
     assert "Müller" not in export.stdout and "Jürgen" not in export.stdout
+
+
+def test_rules_explain_names_the_query_profiles_of_a_qpd_parameter():
+    proc = run_cli("rules", "explain", "safe-harbor", "QPD-5")
+    assert proc.returncode == 0, proc.stderr
+    assert "Z34: XPN" in proc.stdout and "any other query: every value removed" in proc.stdout
