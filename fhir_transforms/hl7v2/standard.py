@@ -4,8 +4,9 @@ Each version's table is built once, at the first message of that version: (segme
 datatype name (`CM_MSG`-style composites of v2.1-2.4 keep hl7apy's name). A field the version does not
 define has the type of the first later version that does, else of the last earlier one (QRD in v2.7+); a
 field a version withdrew (`WD`: PID-2 from v2.7) has the type of the last version that defined it; and a
-v2.1/2.2 field typed only as text or a `CM` composite there has the v2.3 type where v2.3 makes it an
-identifier, a name, an address or a phone (PID-4, PID-6, ORC-2/3, OBR-2/3): the values are the same.
+v2.1/2.2 field has the v2.3 type where v2.3 makes it an identifier, a name, an address or a phone: the
+values are the same, typed as text, a number, a code or a `CM` composite there (PID-4, PID-6, ORC-2/3,
+OBR-2/3, PV1-19), or as the old PN, AD, TN, CN and CK, whose components the X types kept in place.
 """
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from functools import lru_cache
 
 SUPPORTED = ("2.1", "2.2", "2.3", "2.3.1", "2.4", "2.5", "2.5.1", "2.6", "2.7", "2.8", "2.8.1", "2.8.2")
 DEFAULT_VERSION = "2.5.1"  # no or an unreadable MSH-12: the version most messages in use follow
-OLDEST = ("2.1", "2.2")  # the versions that typed identifiers and names as ST or CM
-# the v2.3 types that replace an ST or CM of v2.1/2.2 (`field_type`)
+OLDEST = ("2.1", "2.2")  # the versions that typed identifiers and names as ST, NM, ID, CM or PN, AD, TN, CN, CK
+# the v2.3 types that replace the type of a field of v2.1/2.2 (`field_type`)
 PERSON_TYPES = frozenset({"CX", "EI", "EIP", "XPN", "XCN", "XAD", "XTN", "XON", "PL"})
 TABLE_VALUES = ("ID", "IS")  # the datatypes of coded table values (HL7 tables 0203, 0200...)
 
@@ -68,7 +69,7 @@ def field_type(version: str, sid: str, n: int) -> str | None:
         if found and found.upper() == "WD":  # hl7apy's v2.6 tables spell it `wd`
             return _last_defined(at, sid, n) or "WD"
         if found:
-            if version in OLDEST and (found == "ST" or found.startswith("CM")):
+            if version in OLDEST:
                 later = field_types("2.3").get((sid, n))
                 return later if later in PERSON_TYPES else found
             return found

@@ -156,7 +156,8 @@ def test_readable_year(value, year):
 # --- the oldest versions and withdrawn fields
 @pytest.mark.parametrize("version, sid, n, datatype", [
     ("2.1", "PID", 6, "XPN"), ("2.1", "PID", 4, "CX"), ("2.2", "ORC", 2, "EI"), ("2.2", "OBR", 3, "EI"),
-    ("2.1", "PID", 5, "PN"),                            # typed in v2.1 already: its own type
+    ("2.1", "PID", 5, "XPN"), ("2.1", "PV1", 19, "CX"), ("2.1", "PV1", 3, "PL"),  # PN, a number, a code
+    ("2.1", "PID", 7, "DT"), ("2.2", "OBX", 5, None),   # not an identifier, name, place or phone: as it was
     ("2.8", "PID", 2, "CX"), ("2.7", "PID", 4, "CX"),   # withdrawn: the last version that defined it
     ("2.8", "PR1", 8, "XCN"),                           # withdrawn, spelled `wd` in hl7apy's v2.6
     ("2.7", "QRD", 8, "XCN"),                           # a withdrawn segment
@@ -172,6 +173,13 @@ def test_v21_mothers_maiden_name_and_alternate_id(deid):
     assert "Tamsin" not in out and "Fennimore" not in out
     out = deid.deidentify(message(msh("ADT^A01", "2.1"), "PID|1||MRN12345|ALT778899|Quixote^Donna||19700312|F"))
     assert re.fullmatch(PSEUDONYM, field(out, "PID", 4))
+
+
+def test_v22_names_are_known_identifiers(deid):
+    """A v2.2 PN (PID-5, NK1-2) is ruled as an XPN: its name is known, so the text stack masks it in a note."""
+    out = deid.deidentify(message(msh("ADT^A01", "2.2"), "PID|1||MRN12345||Quixote^Donna||19700312|F",
+                                  "NK1|1|Fennimore^Tamsin|MTH", "NTE|1||Donna Quixote and Tamsin Fennimore called"))
+    assert field(out, "NTE", 3) == "[NAME] and [NAME] called"
 
 
 def test_v22_placer_and_filler_order_numbers_are_pseudonymized(deid):
