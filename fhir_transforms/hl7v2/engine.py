@@ -156,10 +156,11 @@ class MessageWalk:
         f = er7.split_field(raw, self.d)
         if query and n in query.pairs:
             self._query_pairs(f, f"{where}.2", seg)
-        for rep in f if not (query and n in query.pairs) else ():
-            if query and n in query.fields:
+        elif query and n in query.fields:
+            for rep in f:
                 self.rep(query.fields[n], rep, where, seg)
-            else:
+        else:
+            for rep in f:
                 self._known_and_removed(rep)
         self._fields.append((seg, n, f))
 
