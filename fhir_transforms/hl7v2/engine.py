@@ -679,7 +679,7 @@ class MessageWalk:
         text = patient | {k for k in staff if identifying(k, routing)}
         # the guard reads names less their one- and two-letter words (each part long enough is a known identifier
         # of its own): those spell table codes, an initial "BC" in a plan code "BC-CNY", a prefix "Mr" in "MR"
-        guarded = {k for k in map(_long_words, patient) if k.value}
+        guarded = set(map(_long_words, patient))
         return tuple(sorted(text, key=_value_and_category)), tuple(sorted(guarded, key=_value_and_category))
 
     def _note_for(self, seg: er7.Segment, where: str) -> Note:
@@ -904,12 +904,13 @@ def _leaks(message: er7.Message, profile: HL7Profile, version: str, written_date
 
 
 def _long_words(known: KnownIdentifier) -> KnownIdentifier:
-    """A name without its words of fewer than MIN_CHARACTERS letters; any other known identifier as it is."""
+    """A name without its words of fewer than MIN_CHARACTERS letters; a name of short words only ("Li Wu": no
+    part of it is looked for on its own), and any other known identifier, as it is."""
     if known.category != "NAME":
         return known
     words = known.value.split()
     long = [w for w in words if len(w.strip(".,")) >= MIN_CHARACTERS]
-    return known if len(long) == len(words) else KnownIdentifier(" ".join(long), "NAME")
+    return known if len(long) in (0, len(words)) else KnownIdentifier(" ".join(long), "NAME")
 
 
 def _slot(rep: list[list[str]], c: int, j: int) -> bool:

@@ -4,12 +4,14 @@ Every message here is synthetic, written for these tests.
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
 
+from fhir_transforms.errors import LeakFound
 from fhir_transforms.hl7v2.engine import HL7Deidentifier
-from fhir_transforms.hl7v2.rules import load_hl7_profile, readable_year
+from fhir_transforms.hl7v2.rules import Rule, load_hl7_profile, readable_year
 from fhir_transforms.hl7v2.standard import field_type
 from fhir_transforms.pseudonym import Pseudonymizer
 from tests.conftest import FIXED_TODAY
@@ -210,3 +212,21 @@ def test_a_surname_part_equal_to_a_table_code_is_no_leak(deid):
     assert "Quixote" not in out and "Donna" not in out
     assert field(out, "PID", 3).endswith("^MR")
     assert field(out, "IN1", 2) == "BC-CNY^Plan^L"
+
+
+@pytest.mark.parametrize("name, kept, refused", [
+    ("Mr&Mr&Quixote^Donna", "MR", False),        # a prefix equal to a code: not looked for on its own
+    ("Mr&Mr&Quixote^Donna", "Quixote", True),    # the surname is
+    ("Wu^Li", "Li Wu", True),                    # a name of short words only: looked for whole
+    ("Wu^Li", "LI", True)])                      # ... word by word, as before: a rare refusal rather than a leak
+def test_the_guard_reads_names_less_their_short_words(test_key, name, kept, refused):
+    profile = load_hl7_profile("safe-harbor")
+    keeping = dataclasses.replace(profile, fields={**profile.fields, "NTE.3": Rule(method="keep")},
+                                  _rules={}, _resolved={}, _guard={})
+    deid = HL7Deidentifier(keeping, Pseudonymizer(test_key), build_stack("patterns"), lambda: FIXED_TODAY)
+    text = message(msh("ADT^A01"), f"PID|1||MRN12345^^^HOSP^MR||{name}||19700312|F", f"NTE|1||{kept}")
+    if refused:
+        with pytest.raises(LeakFound):
+            deid.deidentify(text)
+    else:
+        assert field(deid.deidentify(text), "NTE", 3) == kept
