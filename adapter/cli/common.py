@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 from enum import Enum
+from pathlib import Path
 
 import typer
 
@@ -63,6 +64,14 @@ def charset_codec(name: str | None) -> str:
     if codec is None:
         fail(f"--charset: unknown character set {name[:24]!r} (HL7 table 0211: 8859/1, UNICODE UTF-8 ...)")
     return codec
+
+
+def check_output_apart(input: Path, output: Path) -> None:
+    """OUTPUT may be neither INPUT nor inside it: the next run over INPUT would read its own outputs as input."""
+    if input.resolve() == output.resolve():
+        fail("OUTPUT must differ from INPUT")
+    if input.is_dir() and output.resolve().is_relative_to(input.resolve()):
+        fail("OUTPUT must not be a folder inside INPUT (a later run would de-identify its own outputs)")
 
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
