@@ -115,6 +115,12 @@ def declared_targets(fpath: str) -> tuple[str, ...]:
     return found.targets if found is not None and found.type == "Reference" else ()
 
 
+@lru_cache(maxsize=None)
+def known_keys(version: str = "r4") -> frozenset[str]:
+    """Every JSON key some type of the version's models has: the names a diagnostic may repeat as they are."""
+    return frozenset(key for fields in _table(version)["types"].values() for key in fields) | {"resourceType"}
+
+
 def is_resource_type(name: str, version: str = "r4") -> bool:
     """True for a resource type name of the version's models (for R4, the R4-only types R4B dropped, such as
     MedicinalProduct, are not known: fhir_transforms/r4/shapes.py)."""
