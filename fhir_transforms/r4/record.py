@@ -227,12 +227,12 @@ def validate(resource: dict, path: str, version: str = versions.DEFAULT) -> None
     except (KeyError, ValueError, TypeError, AttributeError) as e:  # (fhir.resources: AttributeError on `_birthDate: "7"`)
         hint = _other_version_hint(resource, version)
         if isinstance(e, ValidationError) and e.title == "FHIRPrimitiveExtension":
-            where = f"{_loc_text(where.split('.'), version)}: " + "; ".join(
-                f"{_loc_text(err['loc'], version)}: {err['type']}" for err in e.errors(include_input=False)[:5])
+            where = f"{_loc_text(where.split('.'))}: " + "; ".join(
+                f"{_loc_text(err['loc'])}: {err['type']}" for err in e.errors(include_input=False)[:5])
             raise InputError(f"{path}: not a valid FHIR {name} {rtype}: {where}") from None
         if isinstance(e, ValidationError):
             where = "; ".join(
-                f"{_loc_text(err['loc'], version)}: {err['type']}" for err in e.errors(include_input=False)[:5]
+                f"{_loc_text(err['loc'])}: {err['type']}" for err in e.errors(include_input=False)[:5]
             )
             raise InputError(f"{path}: not a valid FHIR {name} {rtype}: {where}{hint}") from None
         if isinstance(e, AttributeError):  # the models' own validators met a value of the wrong JSON shape
@@ -244,11 +244,11 @@ def validate(resource: dict, path: str, version: str = versions.DEFAULT) -> None
         raise InputError(f"{path}: not a FHIR {name} resource the {models} know ({said}){hint}") from None
 
 
-def _loc_text(loc, version: str) -> str:
+def _loc_text(loc) -> str:
     """A validation error's place: list positions and the element names the models know; a key they do not
     know is not repeated (a sender's key may be anything, a name included)."""
-    return ".".join(str(p) if isinstance(p, int) or p in known_keys(version) or p.lstrip("_") in known_keys(version)
-                    else "(unknown key)" for p in loc if p != "")
+    return ".".join(str(p) if isinstance(p, int) or p.isdigit() or p in known_keys()
+                    or p.lstrip("_") in known_keys() else "(unknown key)" for p in loc if p != "")
 
 
 def _holds_value_extensions(node) -> bool:

@@ -116,9 +116,11 @@ def declared_targets(fpath: str) -> tuple[str, ...]:
 
 
 @lru_cache(maxsize=None)
-def known_keys(version: str = "r4") -> frozenset[str]:
-    """Every JSON key some type of the version's models has: the names a diagnostic may repeat as they are."""
-    return frozenset(key for fields in _table(version)["types"].values() for key in fields) | {"resourceType"}
+def known_keys() -> frozenset[str]:
+    """Every JSON key some type of some FHIR version's models has: the names a diagnostic may repeat as they are
+    (an R5 element in a record read as R4 is named, so the message can say the record reads as R5)."""
+    return frozenset(key for v in FHIR_VERSIONS for fields in _table(v)["types"].values() for key in fields) | \
+        {"resourceType"}
 
 
 def is_resource_type(name: str, version: str = "r4") -> bool:
