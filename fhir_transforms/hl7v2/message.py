@@ -255,7 +255,8 @@ def read_bytes(data: bytes, default: str = "") -> Decoded:
     label = msh18(data)
     codec = charset_codec(label) if label else default or None
     if label and codec is None:
-        raise CharsetError(f"MSH-18: unknown character set {label[:24]!r} (HL7 table 0211)")
+        # not repeated: an answer (an ACK's ERR-8, an HTTP diagnostic) quotes nothing a sender wrote
+        raise CharsetError("MSH-18: not a character set of HL7 table 0211 or one of its unambiguous spellings")
     try:
         return Decoded(data.decode("utf-8"), "utf-8")
     except UnicodeDecodeError:
