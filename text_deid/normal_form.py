@@ -46,8 +46,10 @@ def _fold_char(c: str) -> str:
     if c in _IGNORABLE or unicodedata.category(c) == "Cf":
         return ""
     skeletons = _skeletons()
+    # the skeleton before case folding too: a capital can look like a Latin letter while its small letter does not (К, к)
+    decomposed = "".join(skeletons.get(d, d) for d in unicodedata.normalize("NFKD", c))
     out = []
-    for d in unicodedata.normalize("NFKD", unicodedata.normalize("NFKD", c).casefold()):
+    for d in unicodedata.normalize("NFKD", decomposed.casefold()):
         if unicodedata.category(d) in ("Mn", "Me") or d in _IGNORABLE:
             continue
         d = skeletons.get(d, d)

@@ -456,7 +456,8 @@ class KnownMatcher:
 
 
 def _longest_first(alternatives: set[str]) -> tuple[str, ...]:
-    return tuple(sorted(alternatives, key=lambda a: (-len(a), a)))
+    """Longest first, so a name written whole wins over its parts; a part's affixes do not count."""
+    return tuple(sorted(alternatives, key=lambda a: (-len(a.replace(GLUED_TITLE, "").replace(ENDING, "")), a)))
 
 
 def compile_known(known: tuple[KnownIdentifier, ...]) -> KnownMatcher:
