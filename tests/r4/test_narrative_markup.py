@@ -135,7 +135,7 @@ def test_the_conformance_check_reads_markup_as_rendered():
     assert safe_harbor.leaks_in(before, after) == ["name", "name"]
 
 
-@pytest.mark.parametrize("written", ["Jose Garciaz", "Zyx\u200bwvut", "Zyxw\u0440ut", "\uff3ayxwvut", "the Zyxwvuts",
+@pytest.mark.parametrize("written", ["Jose Garciaz", "Zyx\u200bwvut", "Z\u0443xwvut", "\uff3ayxwvut", "the Zyxwvuts",
                                      "MrGarciaz", "tuvwxyZ", "Zyx\\H\\wvut", "\\u005ayxwvut"])
 def test_the_conformance_check_reads_names_in_normal_form(written):
     """The checker has a normal form of its own (it shares no code with the engine): accents, invisible and
