@@ -110,7 +110,8 @@ def hl7_output(given_name: str, family: str, text: str, place: str) -> str | Non
 def survivors(given_name: str, family: str) -> list[tuple[str, str]]:
     """(spelling, place) of every combination in which a written part survived with success."""
     found = []
-    for places, run, spellings in ((FHIR_PLACES, fhir_output, SPELLINGS | MARKUP), (HL7_PLACES, hl7_output, SPELLINGS | HL7_ONLY)):
+    for places, run, spellings in ((FHIR_PLACES, fhir_output, SPELLINGS | MARKUP),
+                                   (HL7_PLACES, hl7_output, SPELLINGS | HL7_ONLY)):
         for spelling, (write, join) in spellings.items():
             parts = [write(given_name), write(family)]
             if spelling == "reversed":

@@ -11,7 +11,6 @@ from re import _casefix  # the extra case equivalences re.IGNORECASE applies (pr
 from typing import Iterator, Sequence
 
 import ahocorasick
-from wordfreq import zipf_frequency
 
 from text_deid.normal_form import Folded, fold, fold_value
 from text_deid.spans import KnownIdentifier, Span
@@ -314,6 +313,8 @@ ENGLISH_ZIPF = 2.0  # a token at least this frequent in English (wordfreq's Zipf
 
 @lru_cache(maxsize=65536)
 def _english(token: str) -> bool:
+    from wordfreq import zipf_frequency  # 0.15 s to import and 0.3 s to load its list: only once a part is met inside a token
+
     return zipf_frequency(token, "en") >= ENGLISH_ZIPF
 
 
