@@ -35,20 +35,21 @@ def _name_words(value: str) -> list[str]:
     return [t for i, t in enumerate(tokens) if not ((i == 0 or t.endswith(".")) and t.rstrip(".").lower() in TITLES)]
 
 
-# A name part of at least INFLECTED_LETTERS letters is also found with a title glued before it, and with a plural
-# ending or digits after it ("MrQqqplanted", "KOWALCZYKS", "Zyxwvut604"); one of at least DISTINCTIVE_LETTERS,
-# inside any longer token, and reversed (a `<bdo dir="rtl">`), unless that token is an English word (see `_keeps`).
+# A name part of at least INFLECTED_LETTERS letters is also found with a title glued before it and digits after it
+# ("MrQqqplanted", "Zyxwvut604"), and a family name with a plural ending ("KOWALCZYKS"; a given name's plural is
+# more often something else: "Johns Hopkins"); a part of at least DISTINCTIVE_LETTERS, inside any longer token, and
+# reversed (a `<bdo dir="rtl">`), unless that token is an English word (see `_keeps`).
 INFLECTED_LETTERS, DISTINCTIVE_LETTERS = 4, 5
-GLUED_TITLE, ENDING = r"(?:mrs|mr|ms|miss|dr)?", r"(?:e?s|\d+)?"
+GLUED_TITLE, ENDING, FAMILY_ENDING = r"(?:mrs|mr|ms|miss|dr)?", r"(?:\d+)?", r"(?:e?s|\d+)?"
 
 
 def _letters(word: str) -> int:
     return sum(c.isalpha() for c in word)
 
 
-def _name_part_form(part: str) -> str:
+def _name_part_form(part: str, family: bool) -> str:
     if _letters(part) >= INFLECTED_LETTERS:
-        return GLUED_TITLE + re.escape(part) + ENDING
+        return GLUED_TITLE + re.escape(part) + (FAMILY_ENDING if family else ENDING)
     return re.escape(part)
 
 
@@ -59,7 +60,7 @@ def _distinctive_parts(value: str) -> list[str]:
 
 def _name_forms(value: str) -> list[str]:
     tokens = _name_words(value)
-    forms = [_name_part_form(t) for t in tokens if len(t.rstrip(".")) >= 2]
+    forms = [_name_part_form(t, i == len(tokens) - 1) for i, t in enumerate(tokens) if len(t.rstrip(".")) >= 2]
     if len(tokens) >= 2:
         family, given = tokens[-1], tokens[0]
         forms += [
@@ -458,7 +459,10 @@ class KnownMatcher:
 
 def _longest_first(alternatives: set[str]) -> tuple[str, ...]:
     """Longest first, so a name written whole wins over its parts; a part's affixes do not count."""
-    return tuple(sorted(alternatives, key=lambda a: (-len(a.replace(GLUED_TITLE, "").replace(ENDING, "")), a)))
+    def literal_length(form: str) -> int:
+        return len(form.replace(GLUED_TITLE, "").replace(FAMILY_ENDING, "").replace(ENDING, ""))
+
+    return tuple(sorted(alternatives, key=lambda a: (-literal_length(a), a)))
 
 
 def compile_known(known: tuple[KnownIdentifier, ...]) -> KnownMatcher:
