@@ -100,7 +100,7 @@ def plain(text: str) -> bool:
     return text.isascii() and "\\" not in text and "&" not in text
 
 
-_CHUNK = 64  # folded offsets are mapped back through the cumulative lengths of chunks of this many characters
+_CHUNK = 32  # folded offsets are mapped back through the cumulative lengths of chunks of this many characters
 
 
 @dataclass
@@ -110,10 +110,13 @@ class Folded:
     text: str
     decoded: str  # escapes decoded, characters not yet folded
     escapes: list[tuple[int, int, int, int]]  # (decoded start, decoded end, original start, original end)
+    one_to_one: bool = True  # every character of `decoded` folds to one character
     _chunks: list[int] | None = field(default=None, repr=False)
 
     def original(self, start: int, end: int) -> tuple[int, int]:
         """The original text's span of the characters that folded into text[start:end] (end > start)."""
+        if self.one_to_one:
+            return self._original_of(start)[0], self._original_of(end - 1)[1]
         first, last = self._decoded_index(start), self._decoded_index(end - 1)
         while last + 1 < len(self.decoded) and not FOLD[ord(self.decoded[last + 1])]:
             last += 1  # a mark or an invisible character after the last letter is part of it ("e" + U+0301)
@@ -121,15 +124,13 @@ class Folded:
 
     def _decoded_index(self, f: int) -> int:
         """The index in `decoded` of the character whose folding holds folded offset f."""
-        if self.text is self.decoded:  # ASCII: matched as it is
-            return f
         if self._chunks is None:
-            lengths, total = [0], 0
-            for i in range(0, len(self.decoded), _CHUNK):
-                total += len(self.decoded[i:i + _CHUNK].translate(FOLD))
-                lengths.append(total)
-            self._chunks = lengths
-        j = bisect.bisect_right(self._chunks, f) - 1
+            self._chunks = [0]
+        chunks, decoded = self._chunks, self.decoded
+        while chunks[-1] <= f and (len(chunks) - 1) * _CHUNK < len(decoded):  # as far as asked: matches come in order
+            i = (len(chunks) - 1) * _CHUNK
+            chunks.append(chunks[-1] + len(decoded[i:i + _CHUNK].translate(FOLD)))
+        j = bisect.bisect_right(chunks, f) - 1
         pos = self._chunks[j]
         for i in range(j * _CHUNK, min((j + 1) * _CHUNK, len(self.decoded))):
             pos += len(FOLD[ord(self.decoded[i])])
@@ -164,8 +165,10 @@ def fold(text: str) -> Folded:
         if escapes:
             parts.append(text[pos:])
             decoded = "".join(parts)
-    folded = decoded if decoded.isascii() else decoded.translate(FOLD)
-    return Folded(folded, decoded, escapes)
+    if decoded.isascii():
+        return Folded(decoded, decoded, escapes)
+    one_to_one = all(len(FOLD[ord(c)]) == 1 for c in set(decoded) if c >= "\x80")
+    return Folded(decoded.translate(FOLD), decoded, escapes, one_to_one)
 
 
 def fold_value(value: str) -> str:

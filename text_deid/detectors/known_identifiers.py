@@ -309,6 +309,7 @@ def _alternation(edged: tuple[str, ...], inner: tuple[str, ...] = ()) -> re.Patt
     return re.compile(pattern, re.IGNORECASE)
 
 
+LONGEST_WORD = 30
 ENGLISH_ZIPF = 2.0  # a token at least this frequent in English (wordfreq's Zipf scale: once per 10 million words)
 
 
@@ -327,10 +328,12 @@ def _keeps(m: re.Match, text: str) -> bool:
     if m.lastgroup != "inner":
         return True
     start, end = m.start(), m.end()
-    while start > 0 and text[start - 1].isalnum():
+    while start > 0 and text[start - 1].isalnum() and m.start() - start < LONGEST_WORD:
         start -= 1
-    while end < len(text) and text[end].isalnum():
+    while end < len(text) and text[end].isalnum() and end - m.end() < LONGEST_WORD:
         end += 1
+    if end - start - len(m[0]) >= LONGEST_WORD:
+        return True  # no English word is this long: and a long run of letters is not read through for every match
     return (start, end) == m.span() or not _english(text[start:end].lower())
 
 
