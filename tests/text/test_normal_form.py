@@ -93,3 +93,30 @@ def test_plain_ascii_text_is_its_own_normal_form():
     text = "Seen John Smith on 3/7/2021"
     folded = fold(text)
     assert folded.text is text and folded.original(5, 15) == (5, 15)
+
+
+def test_threads_folding_new_characters_at_once_get_what_one_thread_gets():
+    """The fold table is filled in as characters are first met, from whichever thread meets them: 8 threads
+    folding texts of characters not seen before answer as folding them one after the other does."""
+    import threading
+
+    blocks = [range(0x0400, 0x0530), range(0x1E00, 0x1F00), range(0xFF00, 0xFF60), range(0x0300, 0x0370),
+              range(0x2000, 0x2070), range(0x0100, 0x0250), range(0x0370, 0x0400), range(0xAC00, 0xAC80)]
+    texts = ["".join(chr(c) for c in block) + " Qqq\u200bplanted" for block in blocks]
+    results: dict[int, list[tuple[str, tuple[int, int]]]] = {}
+    start = threading.Barrier(len(texts))
+
+    def work(i: int) -> None:
+        start.wait()
+        folded = fold(texts[i])
+        results[i] = [(folded.text, folded.original(len(folded.text) - 10, len(folded.text)))]
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(texts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i, text in enumerate(texts):
+        folded = fold(text)
+        assert results[i] == [(folded.text, folded.original(len(folded.text) - 10, len(folded.text)))]
+        assert folded.text.endswith(" qqqplanted") and text[slice(*results[i][0][1])] == "Qqq\u200bplanted"
