@@ -67,6 +67,8 @@ def test_a_known_name_in_another_spelling_is_found_where_it_is_written(case, kno
     ("Eva Lee", "evaluation of fleet"),
     ("Noel Mann", "manner and mannitol"),
     ("Alan Marsh", "alanine aminotransferase"),
+    ("Raj Patel", "patellofemoral pain"),
+    ("Ann Parkinson", "drug-induced parkinsonism"),
 ])
 def test_a_name_part_inside_an_unrelated_word_is_not_a_name(name, text):
     assert find_known(text, (KnownIdentifier(name, "NAME"),)) == []

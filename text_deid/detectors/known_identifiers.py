@@ -12,6 +12,7 @@ from typing import Iterator, Sequence
 
 import ahocorasick
 
+from text_deid.clinical_terms import vocabulary
 from text_deid.normal_form import Folded, fold, fold_value
 from text_deid.spans import KnownIdentifier, Span
 
@@ -314,15 +315,17 @@ ENGLISH_ZIPF = 2.0  # a token at least this frequent in English (wordfreq's Zipf
 
 
 @lru_cache(maxsize=65536)
-def _english(token: str) -> bool:
+def _a_word(token: str) -> bool:
+    """An English word (wordfreq) or a clinical one (the clinical vocabulary: "patellofemoral", "cushingoid")."""
     from wordfreq import zipf_frequency  # 0.15 s to import and 0.3 s to load its list: only once a part is met inside a token
 
-    return zipf_frequency(token, "en") >= ENGLISH_ZIPF
+    return zipf_frequency(token, "en") >= ENGLISH_ZIPF or vocabulary().is_word(token)
 
 
 def _keeps(m: re.Match, text: str) -> bool:
     """A form matched between word edges is kept; a distinctive part inside a longer token is kept unless the
-    token is an English word ("Stone" in "gallstones", "Porter" in "reporter")."""
+    token is an English or clinical word ("Stone" in "gallstones", "Porter" in "reporter", "Patel" in
+    "patellofemoral")."""
     if m.end() <= m.start():
         return False
     if m.lastgroup != "inner":
@@ -334,7 +337,7 @@ def _keeps(m: re.Match, text: str) -> bool:
         end += 1
     if end - start - len(m[0]) >= LONGEST_WORD:
         return True  # no English word is this long: and a long run of letters is not read through for every match
-    return (start, end) == m.span() or not _english(text[start:end].lower())
+    return (start, end) == m.span() or not _a_word(text[start:end].lower())
 
 
 def search(pattern: re.Pattern, folded: Folded) -> Iterator[tuple[int, int]]:
