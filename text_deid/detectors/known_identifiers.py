@@ -39,7 +39,7 @@ def _name_words(value: str) -> list[str]:
 # A name part of at least INFLECTED_LETTERS letters is also found with a title glued before it and digits after it
 # ("MrQqqplanted", "Zyxwvut604"), and a family name with a plural ending ("KOWALCZYKS"; a given name's plural is
 # more often something else: "Johns Hopkins"); a part of at least DISTINCTIVE_LETTERS, inside any longer token, and
-# reversed (a `<bdo dir="rtl">`), unless that token is an English word (see `_keeps`).
+# reversed (a `<bdo dir="rtl">`), unless that token is an English or clinical word (see `_keeps`).
 INFLECTED_LETTERS, DISTINCTIVE_LETTERS = 4, 5
 GLUED_TITLE, ENDING, FAMILY_ENDING = r"(?:mrs|mr|ms|miss|dr)?", r"(?:\d+)?", r"(?:e?s|\d+)?"
 
@@ -214,8 +214,8 @@ def _needle_words(known: KnownIdentifier) -> list[str]:
     if c == "NAME":
         tokens = _name_words(v)
         words = [t for t in tokens if len(t.rstrip(".")) >= 2]
+        words += [p[::-1] for p in _distinctive_parts(v)]  # a reversed part holds no other needle
         return words + tokens[-1:] if len(tokens) >= 2 else words  # every multi-token form holds the family name
-    # (a distinctive part found inside a token or reversed: `_inner_needles`)
     if c in ("PHONE_NUMBER", "FAX_NUMBER"):
         digits = re.sub(r"\D", "", v)
         return [digits[1:] if len(digits) == 11 and digits.startswith("1") else digits]
@@ -295,9 +295,7 @@ def _candidate(known: KnownIdentifier) -> _Candidate | None:
     if known.category == "DATE" or not (alternatives := forms(known)):
         return None
     inner = inner_forms(known)
-    needles = tuple(project(w) for w in _needle_words(known)) + tuple(project(p[::-1]) for p in
-                                                                        _distinctive_parts(known.value.strip())
-                                                                        if known.category == "NAME")
+    needles = tuple(project(w) for w in _needle_words(known))
     return _Candidate(known.category, () if "" in needles else needles, tuple(alternatives), tuple(inner))
 
 
@@ -310,13 +308,13 @@ def _alternation(edged: tuple[str, ...], inner: tuple[str, ...] = ()) -> re.Patt
     return re.compile(pattern, re.IGNORECASE)
 
 
-LONGEST_WORD = 30
+LONGEST_WORD = 30  # letters around a part beyond this: not a word, and not read further for each match
 ENGLISH_ZIPF = 2.0  # a token at least this frequent in English (wordfreq's Zipf scale: once per 10 million words)
 
 
 @lru_cache(maxsize=65536)
 def _a_word(token: str) -> bool:
-    """An English word (wordfreq) or a clinical one (the clinical vocabulary: "patellofemoral", "cushingoid")."""
+    """An English word (wordfreq) or a clinical one (the clinical vocabulary: "patellofemoral", "parkinsonism")."""
     from wordfreq import zipf_frequency  # 0.15 s to import and 0.3 s to load its list: only once a part is met inside a token
 
     return zipf_frequency(token, "en") >= ENGLISH_ZIPF or vocabulary().is_word(token)
@@ -336,7 +334,7 @@ def _keeps(m: re.Match, text: str) -> bool:
     while end < len(text) and text[end].isalnum() and end - m.end() < LONGEST_WORD:
         end += 1
     if end - start - len(m[0]) >= LONGEST_WORD:
-        return True  # no English word is this long: and a long run of letters is not read through for every match
+        return True
     return (start, end) == m.span() or not _a_word(text[start:end].lower())
 
 
@@ -437,8 +435,8 @@ class KnownMatcher:
             spans = found[i]
             for category, pattern in patterns:
                 spans.extend(Span(start, end, category, detector, 1.0) for start, end in search(pattern, folded[i]))
-        joined = SEPARATOR.join(texts)
         if self.days and texts:  # one search of the texts joined: no date shape can match across a NUL
+            joined = SEPARATOR.join(texts)
             starts, pos = [], 0
             for text in texts:
                 starts.append(pos)
