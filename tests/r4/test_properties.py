@@ -11,7 +11,7 @@ import string
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from tests.conftest import SHARED, make_engine
+from tests.conftest import DATA, make_engine
 from fhir_transforms.errors import InputError, RecordRefused
 
 ids = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9\-.]{0,20}", fullmatch=True)
@@ -162,7 +162,7 @@ def test_mutated_sample_resources_are_bad_input_never_a_crash(test_key):
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
     resources = []
-    for path in sorted((SHARED / "fhir").rglob("*.json")):
+    for path in sorted((DATA / "fhir").rglob("*.json")):
         doc = json.loads(path.read_text())
         entries = doc.get("entry", []) if doc.get("resourceType") == "Bundle" else [{"resource": doc}]
         resources += [e["resource"] for e in entries[:20] if isinstance(e.get("resource"), dict)]

@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from tests.conftest import SHARED, run_cli
+from tests.conftest import DATA, run_cli
 from tests.support import OllamaStub
 from tests.support import post, serve
 from text_deid.detectors.llm import LlmSettings
@@ -23,12 +23,12 @@ MODEL = "stub-model"
 
 
 def _tuning() -> list[dict]:
-    return [json.loads(line) for line in (SHARED / "asq-phi" / "tuning.jsonl").read_text().splitlines() if line]
+    return [json.loads(line) for line in (DATA / "asq-phi" / "tuning.jsonl").read_text().splitlines() if line]
 
 
 def _shared_notes() -> list[str]:
     notes = []
-    for line in (SHARED / "fhir" / "bulk-ndjson" / "DocumentReference.000.ndjson").read_text().splitlines():
+    for line in (DATA / "fhir" / "bulk-ndjson" / "DocumentReference.000.ndjson").read_text().splitlines():
         for content in json.loads(line).get("content", []):
             if data := content.get("attachment", {}).get("data"):
                 notes.append(base64.b64decode(data).decode("utf-8"))
@@ -162,7 +162,7 @@ def test_the_service_under_8_concurrent_clients_answers_as_the_cli(tmp_path, tes
     inputs.mkdir()
     for i, patient in enumerate(_patients()):
         (inputs / f"patient-{i:03d}.json").write_text(json.dumps(patient))
-    for example in sorted((SHARED / "fhir" / "hl7-r4-examples").glob("*.json")):
+    for example in sorted((DATA / "fhir" / "hl7-r4-examples").glob("*.json")):
         (inputs / example.name).write_bytes(example.read_bytes())
     run_cli("fhir", str(inputs), str(tmp_path / "cli"), "--stack", "patterns", "--today", "2026-01-15",
             key_file=test_key_file, check=True)

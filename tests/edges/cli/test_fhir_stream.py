@@ -16,10 +16,10 @@ from adapter.cli.main import app
 from fhir_transforms.errors import DetectorFailed
 from fhir_transforms.r4 import stream
 from fhir_transforms.r4.record import Deidentifier
-from tests.conftest import FIXED_TODAY, make_engine
+from tests.conftest import DATA, FIXED_TODAY, make_engine
 
-SHARED = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "fhir"
-BUNDLE = sorted((SHARED / "synthea-bundles").glob("*.json"))[0]
+SAMPLES = DATA / "fhir"
+BUNDLE = sorted((SAMPLES / "synthea-bundles").glob("*.json"))[0]
 
 
 @pytest.fixture(autouse=True)
