@@ -1,7 +1,9 @@
 """`deid-adapter serve` and `deid-adapter tokens`: run the HTTP service and manage its client tokens."""
 from __future__ import annotations
 
+import errno
 import logging
+import socket
 from datetime import date
 from pathlib import Path
 from typing import List, Optional
@@ -21,7 +23,7 @@ from adapter.http.service import ServiceConfig, create_app
 from conformance.check import check
 from fhir_transforms import dates, keys
 from fhir_transforms.errors import SettingsError
-from text_deid.stack import StackUnavailable
+from text_deid.stack import DEFAULT_STACK, StackUnavailable
 from adapter.engines import profiles, text_stack
 from adapter import settings
 
@@ -52,8 +54,6 @@ def serve(
                                                   "fhirVersion or the fhirVersion parameter): r4, r5 or auto."),
 ) -> None:
     """Serve POST /fhir/$de-identify, POST /hl7v2/$de-identify, GET /fhir/metadata, /healthz, /readyz, /metrics."""
-    import uvicorn
-
     llm = settings.llm(llm_url, llm_model)
     try:
         key = keys.load_key(key_file)
@@ -67,10 +67,52 @@ def serve(
     config = ServiceConfig(key, store, chosen.name, stack, int(max_body_mb * 1024 * 1024), timeout_s, workers, clock,
                            trail, llm=llm, site=chosen if chosen.site is not None else None,
                            fhir_version=fhir_version.value)
+    import uvicorn
+
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    uvicorn.run(create_app(config), host=host, port=port, access_log=False, log_level="warning",
-                ssl_certfile=str(ssl_certfile) if ssl_certfile else None,
-                ssl_keyfile=str(ssl_keyfile) if ssl_keyfile else None)
+    sock = listening_socket(host, port)
+    scheme = "https" if ssl_certfile else "http"
+    bound = sock.getsockname()
+    about = (f"deid-adapter serve: listening on {scheme}://{_host_text(bound[0])}:{bound[1]} (profile {chosen.name}, "
+             f"stack {stack or DEFAULT_STACK}, key {key.key_id})")
+    server = _announcing(uvicorn.Server)(uvicorn.Config(create_app(config), access_log=False, log_level="warning",
+                                    ssl_certfile=str(ssl_certfile) if ssl_certfile else None,
+                                    ssl_keyfile=str(ssl_keyfile) if ssl_keyfile else None), about)
+    try:
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:  # Ctrl-C: uvicorn has shut down and raises it again, as uvicorn.run expects
+        pass
+
+
+def _announcing(server_class: type) -> type:
+    """uvicorn's server (imported only by `serve`), saying in one line where it listens once it does."""
+
+    class Announcing(server_class):
+        def __init__(self, config, about: str):
+            super().__init__(config)
+            self.about = about
+
+        async def startup(self, sockets=None) -> None:
+            await super().startup(sockets)
+            if not self.should_exit:
+                typer.echo(self.about, err=True)
+
+    return Announcing
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """The server's socket, bound and listening: a port in use, or an address not of this machine, is exit 2."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, port), family=family, backlog=2048)
+    except OSError as e:
+        if e.errno == errno.EADDRINUSE:
+            fail(f"port {port} is in use (on {host}); choose another with --port")
+        fail(f"cannot listen on {host}:{port}: {e.strerror or e}")
+
+
+def _host_text(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
 
 
 @tokens_app.command("add")

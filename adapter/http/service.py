@@ -47,6 +47,7 @@ JSON_TYPES = (FHIR_JSON, "application/json")
 HL7_TYPES = ("x-application/hl7-v2+er7", "application/hl7-v2", "text/plain")
 CONFORMANCE = Path(conformance.__file__).resolve().parent
 access_log = logging.getLogger("deid_adapter.access")
+log = logging.getLogger("deid_adapter.serve")
 
 
 # Why a record was not written → (HTTP status, OperationOutcome issue code); first match, subclasses first.
@@ -83,6 +84,22 @@ def outcome(code: str, diagnostics: str, severity: str = "error") -> dict:
             "issue": [{"severity": severity, "code": code, "diagnostics": diagnostics}]}
 
 
+def served(registry: CollectorRegistry) -> str:
+    """The shutdown counts: $de-identify requests answered, by status class, and the records refused."""
+    by_class: dict[str, int] = {}
+    refused = 0
+    for metric in registry.collect():
+        for sample in metric.samples:
+            if sample.name == "deid_requests_total" and sample.labels["operation"] in ("fhir", "hl7v2"):
+                status = f"{sample.labels['status'][0]}xx"
+                by_class[status] = by_class.get(status, 0) + int(sample.value)
+            elif sample.name == "deid_refusals_total":
+                refused += int(sample.value)
+    answered = ", ".join(f"{n} {status}" for status, n in sorted(by_class.items()))
+    return (f"{sum(by_class.values())} $de-identify request(s) answered{f' ({answered})' if answered else ''}, "
+            f"{refused} record(s) refused")
+
+
 def create_app(config: ServiceConfig) -> FastAPI:
     pool = ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="deid")
 
@@ -90,6 +107,7 @@ def create_app(config: ServiceConfig) -> FastAPI:
     async def lifespan(_app):
         yield
         pool.shutdown(wait=False, cancel_futures=True)
+        log.info("deid-adapter serve: stopped; %s", served(registry))
 
     app = FastAPI(title="deid-adapter", version="0.1.0", docs_url=None, redoc_url=None, lifespan=lifespan)
 
