@@ -1,9 +1,7 @@
 """`deid-adapter serve` and `deid-adapter tokens`: run the HTTP service and manage its client tokens."""
 from __future__ import annotations
 
-import errno
 import logging
-import socket
 from datetime import date
 from pathlib import Path
 from typing import List, Optional
@@ -11,7 +9,17 @@ from typing import List, Optional
 import typer
 
 from adapter.cli import auditing
-from adapter.cli.common import FhirVersion, LlmModel, LlmUrl, ProfileOpt, RulesOpt, fail
+from adapter.cli.common import (
+    FhirVersion,
+    LlmModel,
+    LlmUrl,
+    ProfileOpt,
+    RulesOpt,
+    fail,
+    host_text,
+    listening_socket,
+    serve_app,
+)
 from adapter.http.auth import (
     OPERATIONS,
     TOKENS_ENV,
@@ -67,52 +75,12 @@ def serve(
     config = ServiceConfig(key, store, chosen.name, stack, int(max_body_mb * 1024 * 1024), timeout_s, workers, clock,
                            trail, llm=llm, site=chosen if chosen.site is not None else None,
                            fhir_version=fhir_version.value)
-    import uvicorn
-
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     sock = listening_socket(host, port)
-    scheme = "https" if ssl_certfile else "http"
     bound = sock.getsockname()
-    about = (f"deid-adapter serve: listening on {scheme}://{_host_text(bound[0])}:{bound[1]} (profile {chosen.name}, "
-             f"stack {stack or DEFAULT_STACK}, key {key.key_id})")
-    server = _announcing(uvicorn.Server)(uvicorn.Config(create_app(config), access_log=False, log_level="warning",
-                                    ssl_certfile=str(ssl_certfile) if ssl_certfile else None,
-                                    ssl_keyfile=str(ssl_keyfile) if ssl_keyfile else None), about)
-    try:
-        server.run(sockets=[sock])
-    except KeyboardInterrupt:  # Ctrl-C: uvicorn has shut down and raises it again, as uvicorn.run expects
-        pass
-
-
-def _announcing(server_class: type) -> type:
-    """uvicorn's server (imported only by `serve`), saying in one line where it listens once it does."""
-
-    class Announcing(server_class):
-        def __init__(self, config, about: str):
-            super().__init__(config)
-            self.about = about
-
-        async def startup(self, sockets=None) -> None:
-            await super().startup(sockets)
-            if not self.should_exit:
-                typer.echo(self.about, err=True)
-
-    return Announcing
-
-
-def listening_socket(host: str, port: int) -> socket.socket:
-    """The server's socket, bound and listening: a port in use, or an address not of this machine, is exit 2."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    try:
-        return socket.create_server((host, port), family=family, backlog=2048)
-    except OSError as e:
-        if e.errno == errno.EADDRINUSE:
-            fail(f"port {port} is in use (on {host}); choose another with --port")
-        fail(f"cannot listen on {host}:{port}: {e.strerror or e}")
-
-
-def _host_text(host: str) -> str:
-    return f"[{host}]" if ":" in host else host
+    serve_app(create_app(config), sock, ssl_certfile, ssl_keyfile,
+              f"deid-adapter serve: listening on {'https' if ssl_certfile else 'http'}://{host_text(bound[0])}:{bound[1]} "
+              f"(profile {chosen.name}, stack {stack or DEFAULT_STACK}, key {key.key_id})")
 
 
 @tokens_app.command("add")

@@ -29,9 +29,9 @@ class Receiver(socketserver.ThreadingTCPServer):
 
     daemon_threads = allow_reuse_address = True
 
-    def __init__(self, code: str = "AA"):
+    def __init__(self, code: str = "AA", port: int = 0):
         self.code, self.messages = code, []
-        super().__init__(("127.0.0.1", 0), _ReceiverHandler)
+        super().__init__(("127.0.0.1", port), _ReceiverHandler)
 
     @property
     def address(self) -> str:
@@ -54,8 +54,8 @@ class _ReceiverHandler(socketserver.BaseRequestHandler):
 
 
 @contextmanager
-def receiver(code: str = "AA"):
-    server = Receiver(code)
+def receiver(code: str = "AA", port: int = 0):
+    server = Receiver(code, port)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
