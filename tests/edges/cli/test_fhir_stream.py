@@ -24,7 +24,7 @@ BUNDLE = sorted((SAMPLES / "synthea-bundles").glob("*.json"))[0]
 
 @pytest.fixture(autouse=True)
 def stream_every_bundle(monkeypatch):
-    monkeypatch.setattr(fhir_command, "STREAM_FROM_BYTES", 0)  # the shared Bundles are smaller than the threshold
+    monkeypatch.setattr(fhir_command, "STREAM_FROM_BYTES", 0)  # the sample Bundles are smaller than the threshold
 
 
 def _run(src: Path, out: Path, key_file: Path):
