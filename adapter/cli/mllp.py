@@ -19,7 +19,7 @@ from adapter.cli import auditing
 from adapter.cli.common import KeyFile, LlmModel, LlmUrl, ProfileOpt, RulesOpt, fail
 from adapter.engines import fhir_engine, profiles, with_vault_key
 from fhir_transforms.errors import SettingsError
-from adapter.mllp import listener as edge
+from adapter.mllp import client, listener as edge
 from fhir_transforms.hl7v2.engine import HL7Deidentifier
 from text_deid.stack import SETTINGS_OF, STACKS
 from adapter import settings
@@ -205,8 +205,6 @@ def send(
 
     Exit 0 when every message is answered AA (or CA); 1 when one is answered AE or AR, or not at all (the rest
     are then not sent); 2 for a file that holds no message, or a peer that does not resolve."""
-    from adapter.mllp import client
-
     try:
         host, port = edge.parse_address(to)
     except ValueError as e:
