@@ -93,6 +93,8 @@ def tokens_add(file: Path = typer.Argument(..., help="Token file (created 0600).
     except TokenFileError as e:
         fail(str(e))
     typer.echo(token)
+    typer.echo(f"client {client} added to {file} ({', '.join(operation)}); its token, on stdout, is shown this once only",
+               err=True)
 
 
 @conformance_app.command("check")
