@@ -55,14 +55,20 @@ def _strings(*values) -> list[str]:
     return out
 
 
+def name_words(value: str) -> str:
+    """A name as a known identifier: its words that hold a letter. A number typed into a name (a house number,
+    a bed) is no name token: as one it would mask or refuse that number in every range, dose and count."""
+    return " ".join(w for w in value.split() if any(map(str.isalpha, w)))
+
+
 def _person(res: dict) -> Iterable[KnownIdentifier]:
     for name in _dicts(res.get("name")):
-        parts = _strings(name.get("given"), name.get("family"))
+        parts = [p for p in map(name_words, _strings(name.get("given"), name.get("family"))) if p]
         if parts:
             yield KnownIdentifier(" ".join(parts), "NAME")
         for part in parts if len(parts) > 1 else ():  # each a name in its own right, whatever word it spells
             yield KnownIdentifier(part, "NAME")        # (titles have their own elements: prefix, suffix)
-        for text in _strings(name.get("text")):
+        for text in filter(None, map(name_words, _strings(name.get("text")))):
             yield KnownIdentifier(text, "NAME")
     for contact in [res] + _dicts(res.get("contact")):
         if contact is not res:

@@ -4,16 +4,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 import fhirpathpy
 import yaml
 
 from fhir_transforms.fpe import FpeFormat
+from fhir_transforms import safe_harbor_gaps as gaps
 from fhir_transforms.methods import FHIR, METHODS
 import mappings
 
 MAPPINGS = Path(mappings.__file__).resolve().parent / "fhir"
+SAFE_HARBOR = "safe-harbor"  # the packaged profile every other set of rules is weighed against
 
 
 class ProfileError(ValueError):
@@ -79,6 +81,7 @@ class Profile:
     modifier_extension_allow: frozenset[str]
     kept_by_design: frozenset[str] = frozenset()  # Owner.element values the leak guard trusts where the rules kept them
     rules_sha256: str = ""  # a site rules file's hash (fhir_transforms/site_rules.py); "" for a packaged profile
+    safe_harbor_gaps: tuple = ()  # the rules that keep more than Safe Harbor allows (fhir_transforms/safe_harbor_gaps.py)
     marking: bool = False  # record on each element a rule changed what was done (a rule's `marking` overrides)
     remove_entries: tuple[EntryRule, ...] = ()  # Bundle entries removed whole, with the references to them
     plans: dict = field(default_factory=dict, repr=False)  # the walker's per-path plans (fhir_transforms/r4/walker.py)
@@ -251,7 +254,20 @@ def read_profile_file(folder: Path, name: str, sections: tuple[str, ...] = ("rul
 @lru_cache(maxsize=None)
 def load_profile(name: str) -> Profile:
     """Read and check a profile by name; every rule's method must be known."""
-    return profile_from_doc(read_profile_file(MAPPINGS, name), lambda keys, label: f"{name}: {label}")
+    profile = profile_from_doc(read_profile_file(MAPPINGS, name), lambda keys, label: f"{name}: {label}")
+    return with_safe_harbor_gaps(profile) if name != SAFE_HARBOR else profile
+
+
+def with_safe_harbor_gaps(profile: Profile, dropped_keys: Iterable[str] = ()) -> Profile:
+    """The profile, knowing which of its rules keep more than the packaged safe-harbor profile's (and which of
+    those a site file dropped): outputs of a profile with gaps are not labelled Safe Harbor."""
+    baseline = load_profile(SAFE_HARBOR)
+    profile.safe_harbor_gaps = tuple(
+        gaps.compare("fhir.rules", profile.rules, baseline.rules)
+        + gaps.compare("fhir", {"default_primitive": profile.default_primitive},
+                       {"default_primitive": baseline.default_primitive})
+        + gaps.dropped("fhir.rules", dropped_keys, baseline.rules))
+    return profile
 
 
 def profile_from_doc(doc: dict, where: Callable[[tuple, str], str], rules_sha256: str = "") -> Profile:

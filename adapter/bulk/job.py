@@ -33,6 +33,7 @@ from adapter.audit import trail as audit
 from adapter import files as fhir_files
 from adapter import json_input
 from fhir_transforms import known as known_ids
+from fhir_transforms import safe_harbor_gaps
 from fhir_transforms.r4 import references
 from fhir_transforms.errors import (DetectorFailed, InputError, LeakFound, OutputInvalid, RecordRefused,
                                     UnknownModifier)
@@ -612,8 +613,9 @@ def finish(out: Path, export: Export, journal: Journal, settings: Settings) -> d
         main_type = max(sorted(types), key=lambda t: types[t]) if types else rel.split(".", 1)[0]
         outputs.append({"type": main_type, "url": rel, "count": sum(types.values())})
     profile = settings.profile_rules()
-    tags = {"keyId": key_id_for(settings.secret), "profile": f"{profile.name}@{profile.version}", "stack": settings.stack,
-            **({"siteRules": profile.rules_sha256} if profile.rules_sha256 else {})}
+    tags = {"keyId": key_id_for(settings.secret), "profile": safe_harbor_gaps.label(profile), "stack": settings.stack,
+            **({"siteRules": profile.rules_sha256} if profile.rules_sha256 else {}),
+            "safeHarbor": not profile.safe_harbor_gaps}
     manifest = {**export.manifest_fields, "requiresAccessToken": False,
                 "output": [o for o in outputs if o["type"] != "OperationOutcome"],
                 "error": [o for o in outputs if o["type"] == "OperationOutcome"],

@@ -40,12 +40,14 @@ class Validation(str, Enum):
 class FhirVersion(str, Enum):
     r4 = "r4"
     r5 = "r5"
+    stu3 = "stu3"
     auto = "auto"
 
 
 FhirVersionOpt = typer.Option(FhirVersion.auto, "--fhir-version",
-                              help="The FHIR version of the input: r4, r5, or auto (each record's fhirVersion, "
-                                   "versioned meta.profile or version-only resource types; none: r4).")
+                              help="The FHIR version of the input: r4, r5, stu3, or auto (each record's fhirVersion, "
+                                   "versioned meta.profile, version-only resource types or STU3-only elements; "
+                                   "none: r4). The output stays in the input's version.")
 
 
 def tune_gc() -> None:

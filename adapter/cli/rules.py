@@ -13,6 +13,7 @@ from fhir_transforms.hl7v2.rules import Rule as HL7Rule
 from fhir_transforms.hl7v2.standard import DEFAULT_VERSION, field_type
 from fhir_transforms.r4.site import element_at
 from fhir_transforms.rules import MAPPINGS, Rule, profile_names
+from fhir_transforms import safe_harbor_gaps
 from fhir_transforms.site_rules import origins, write_schema
 from adapter.cli.common import fail
 
@@ -34,7 +35,18 @@ def rules_check(file: Path = typer.Argument(..., help="A site rules file (YAML).
         given = site.section("hl7v2").get(section) or {}
         typer.echo(f"  hl7v2.{section}: {_counts(given, getattr(packaged.hl7, section))}")
     typer.echo(f"  sha256 {site.sha256} (meta.tag http://deid-adapter.org/fhir/CodeSystem/site-rules, "
-               f"MSH-8 +{site.sha256[:12]}, audit)")
+               "MSH-8, audit)")
+    gaps = [*chosen.fhir.safe_harbor_gaps, *chosen.hl7.safe_harbor_gaps]
+    if not gaps:
+        typer.echo(f"  Safe Harbor: yes; outputs are labelled {safe_harbor_gaps.label(chosen.fhir)}")
+        return
+    typer.echo(f"  Safe Harbor: no, {len(gaps)} rule(s) keep more than it allows; outputs are labelled "
+               f"{safe_harbor_gaps.label(chosen.fhir)} and {safe_harbor_gaps.NOT_SAFE_HARBOR}, not "
+               f"{site.extends}@{site.versions['fhir']}:")
+    for gap in gaps:
+        part, section, key = gap.where.split(".", 2) if gap.where.count(".") >= 2 else (*gap.where.split("."), "")
+        at = site.at(part, section, key) if key else site.at(part, section)
+        typer.echo(f"    {at}: {gap}")
 
 
 def _counts(given: dict, packaged: dict) -> str:

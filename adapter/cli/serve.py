@@ -59,7 +59,7 @@ def serve(
     llm_model: Optional[str] = LlmModel,
     fhir_version: FhirVersion = typer.Option(FhirVersion.auto, "--fhir-version",
                                              help="The FHIR version of requests that name none (media type "
-                                                  "fhirVersion or the fhirVersion parameter): r4, r5 or auto."),
+                                                  "fhirVersion or the fhirVersion parameter): r4, r5, stu3 or auto."),
 ) -> None:
     """Serve POST /fhir/$de-identify, POST /hl7v2/$de-identify, GET /fhir/metadata, /healthz, /readyz, /metrics."""
     llm = settings.llm(llm_url, llm_model)

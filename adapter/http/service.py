@@ -26,7 +26,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from adapter import json_input
 from adapter.http.auth import Client, TokenStore
-from fhir_transforms import dates
+from fhir_transforms import dates, safe_harbor_gaps
 from fhir_transforms.errors import DetectorFailed, InputError, LeakFound, RecordRefused
 from fhir_transforms.keys import Key
 from fhir_transforms.pseudonym import Pseudonymizer
@@ -98,6 +98,13 @@ def served(registry: CollectorRegistry) -> str:
     answered = ", ".join(f"{n} {status}" for status, n in sorted(by_class.items()))
     return (f"{sum(by_class.values())} $de-identify request(s) answered{f' ({answered})' if answered else ''}, "
             f"{refused} record(s) refused")
+
+
+def not_safe_harbor(profile) -> dict:
+    """The information an output of rules with gaps carries: what they are, and that they are not Safe Harbor."""
+    gaps = [str(g) for g in profile.safe_harbor_gaps]
+    return outcome("informational", f"not de-identified under HIPAA Safe Harbor: the rules "
+                   f"({safe_harbor_gaps.label(profile)}) keep more than it allows: {'; '.join(gaps)}", "information")
 
 
 def create_app(config: ServiceConfig) -> FastAPI:
@@ -275,12 +282,16 @@ def create_app(config: ServiceConfig) -> FastAPI:
             out = result.resource
             if wrapped:
                 out = {"resourceType": "Parameters", "parameter": [{"name": "return", "resource": out}]}
+                if deid.profile.safe_harbor_gaps:
+                    out["parameter"].append({"name": "outcome", "resource": not_safe_harbor(deid.profile)})
             return result, json.dumps(out, ensure_ascii=False).encode()
 
         result, output = await audited(request, deid, "fhir", raw, work)
         for name, seconds in result.detector_seconds.items():
             detector_time.labels(name).observe(seconds)
-        return respond(200, output), digest, len(raw)
+        response = respond(200, output)
+        response.headers["X-Deid-Safe-Harbor"] = "false" if deid.profile.safe_harbor_gaps else "true"
+        return response, digest, len(raw)
 
     async def hl7_work(request: Request):
         raw = await body(request, HL7_TYPES)
@@ -363,19 +374,19 @@ def _param_value(param: dict | None) -> str | None:
 
 def _fhir_version(content_type: str, asked: str | None) -> str | None:
     """The FHIR version a request names: the `fhirVersion` parameter of its media type (FHIR's own way, e.g.
-    `application/fhir+json; fhirVersion=5.0`) or of its Parameters (r4, r5, auto or a number); None if neither."""
+    `application/fhir+json; fhirVersion=5.0`) or of its Parameters (r4, r5, stu3, auto or a number); None if neither."""
     named = {}
     for part in content_type.split(";")[1:]:
         key, _, value = part.partition("=")
         if key.strip().lower() == "fhirversion":
             version = versions.of_number(value.strip().strip('"'))
             if version is None:
-                raise HttpError(415, "not-supported", "fhirVersion of the media type must be 4.0, 4.3 or 5.0")
+                raise HttpError(415, "not-supported", "fhirVersion of the media type must be 3.0, 4.0, 4.3 or 5.0")
             named["media type"] = version
     if asked is not None:
         version = asked if asked in (*versions.FHIR_VERSIONS, versions.AUTO) else versions.of_number(asked)
         if version is None:
-            raise HttpError(400, "invalid", "parameter 'fhirVersion' must be r4, r5, auto or a FHIR version number")
+            raise HttpError(400, "invalid", "parameter 'fhirVersion' must be r4, r5, stu3, auto or a FHIR version number")
         named["parameter"] = version
     if len(set(named.values())) > 1:
         raise HttpError(400, "invalid", "the media type and the fhirVersion parameter name different FHIR versions")

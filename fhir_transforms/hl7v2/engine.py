@@ -20,9 +20,10 @@ from fhir_transforms.hl7v2.identifying import dates_with_time, holds_known_day, 
 from fhir_transforms.hl7v2.rules import (Datatype, DTMError, HL7Profile, Rule, dtm_age, dtm_full_date, dtm_shift, dtm_year,
                                          identifier_system, is_calendar_dtm, is_dtm)
 from fhir_transforms.hl7v2.standard import standard_version
-from fhir_transforms import dates, values, zipcodes
+from fhir_transforms import dates, safe_harbor_gaps, values, zipcodes
 from fhir_transforms.errors import InputError, LeakFound, RecordRefused
 from fhir_transforms.fpe import FpeFallback, fpe_format, selects
+from fhir_transforms.known import name_words
 from fhir_transforms.methods import METHODS, check_implemented
 from fhir_transforms.pseudonym import Pseudonymizer
 from text_deid import leak_guard, replace
@@ -221,9 +222,13 @@ class MessageWalk:
         if sid == "MSH":
             while len(msh.parts) <= msh.index(int(n)):
                 msh.parts.append("")
-            # a site rules file's hash (its first 12 hex digits; the audit holds all of it) joins the profile's name
-            rules = f"+{self.profile.rules_sha256[:12]}" if self.profile.rules_sha256 else ""
-            msh.set(int(n), er7.escape(f"deid/{self.pseudo.key_id}/{self.profile.name}{rules}", self.d))
+            # a site rules file's hash (its first 12 hex digits; the audit holds all of it) joins the profile's name;
+            # rules that keep more than Safe Harbor are named by their hash alone, and say so
+            sha = self.profile.rules_sha256[:12]
+            name = self.profile.name + (f"+{sha}" if sha else "")
+            if self.profile.safe_harbor_gaps:
+                name = (f"site.{sha}" if sha else self.profile.name) + f"/{safe_harbor_gaps.NOT_SAFE_HARBOR}"
+            msh.set(int(n), er7.escape(f"deid/{self.pseudo.key_id}/{name}", self.d))
 
     # --- rules on repetitions, components, leaves
     def _resolve(self, rule: Rule) -> Rule | Datatype:
@@ -512,7 +517,8 @@ class MessageWalk:
 
         if datatype in ("XPN", "XCN", "PPN"):
             first = 1 if datatype == "XPN" else 2
-            parts = c(first + 1) + c(first + 2) + c(first)  # given, middle, family (with its subcomponents)
+            # given, middle, family (with its subcomponents), each by its words with a letter
+            parts = [p for p in map(name_words, c(first + 1) + c(first + 2) + c(first)) if p]
             if parts and datatype == "XPN":
                 add(KnownIdentifier(" ".join(parts), "NAME"))
                 for part in parts if len(parts) > 1 else ():  # each a name in its own right, whatever word it
@@ -522,7 +528,7 @@ class MessageWalk:
         elif datatype == "XON":
             self.org_names.update(v.strip().upper() for v in c(1))
         elif datatype == "NDL":
-            parts = c(1)[1:4]
+            parts = [p for p in map(name_words, c(1)[1:4]) if p]
             if parts:
                 add(KnownIdentifier(" ".join(parts), "NAME"))
         elif datatype == "XAD":

@@ -11,13 +11,14 @@ from dataclasses import dataclass, field, replace
 from datetime import date
 from functools import cached_property, lru_cache
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 
 from fhir_transforms import dates
+from fhir_transforms import safe_harbor_gaps as gaps
 from fhir_transforms.hl7v2.standard import datatype_names, defined_fields, field_type
 from fhir_transforms.methods import HL7V2, METHODS
-from fhir_transforms.rules import ProfileError, check_options, read_profile_file
+from fhir_transforms.rules import SAFE_HARBOR, ProfileError, check_options, read_profile_file
 from fhir_transforms.site_rules import RulesFileError, SiteRules, as_rules_error, merge
 import mappings
 
@@ -134,6 +135,7 @@ class HL7Profile:
     leak_guard_skip: frozenset[str] = frozenset()
     leak_guard_skip_components: dict[str, frozenset[int]] = field(default_factory=dict)
     rules_sha256: str = ""  # a site rules file's hash (fhir_transforms/site_rules.py); "" for a packaged profile
+    safe_harbor_gaps: tuple = ()  # the rules that keep more than Safe Harbor allows (fhir_transforms/safe_harbor_gaps.py)
     # lookups repeat for every field of every message: each answer is worked out once
     _rules: dict[tuple[str, str, int], Rule] = field(default_factory=dict, repr=False)
     _resolved: dict[str, Rule | Datatype] = field(default_factory=dict, repr=False)  # by datatype name
@@ -246,7 +248,22 @@ SECTIONS = ("fields", "datatypes")  # the rule tables a profile or site rules fi
 @lru_cache(maxsize=None)
 def load_hl7_profile(name: str) -> HL7Profile:
     """Read and check an HL7v2 profile by name; every method and datatype it names must be known."""
-    return hl7_profile_from_doc(read_profile_file(MAPPINGS, name, SECTIONS), lambda *keys: f"{name}: {'.'.join(keys)}")
+    profile = hl7_profile_from_doc(read_profile_file(MAPPINGS, name, SECTIONS), lambda *keys: f"{name}: {'.'.join(keys)}")
+    return with_safe_harbor_gaps(profile) if name != SAFE_HARBOR else profile
+
+
+def with_safe_harbor_gaps(profile: HL7Profile, dropped: dict[str, Iterable[str]] | None = None) -> HL7Profile:
+    """The profile, knowing which of its field and datatype rules keep more than the packaged safe-harbor
+    profile's (and which of those a site file dropped): outputs of a profile with gaps are not labelled Safe Harbor."""
+    baseline = load_hl7_profile(SAFE_HARBOR)
+    found = []
+    for section in SECTIONS:
+        found += gaps.compare(f"hl7v2.{section}", getattr(profile, section), getattr(baseline, section))
+        found += gaps.dropped(f"hl7v2.{section}", (dropped or {}).get(section, ()), getattr(baseline, section))
+    found += gaps.compare("hl7v2", {"unknown_segment": profile.unknown_segment, "unlisted_datatype": profile.unlisted_datatype},
+                          {"unknown_segment": baseline.unknown_segment, "unlisted_datatype": baseline.unlisted_datatype})
+    profile.safe_harbor_gaps = tuple(found)
+    return profile
 
 
 def hl7_site_profile(site: SiteRules) -> HL7Profile:
@@ -278,7 +295,8 @@ def hl7_site_profile(site: SiteRules) -> HL7Profile:
         rule = profile.fields.get(key)
         if rule is not None and rule.where is not None and key in packaged:
             profile.fields[key] = replace(rule, beneath=packaged[key])
-    return profile
+    return with_safe_harbor_gaps(profile, {section: [k for k, v in (part.get(section) or {}).items() if v is None]
+                                           for section in SECTIONS})
 
 
 def hl7_profile_from_doc(doc: dict, where_of: Callable[..., str], rules_sha256: str = "") -> HL7Profile:

@@ -214,18 +214,19 @@ def validate(resource: dict, path: str, version: str = versions.DEFAULT) -> None
                 f"{'.'.join(str(p) for p in err['loc'])}: {err['type']}" for err in e.errors(include_input=False)[:5]
             )
             raise InputError(f"{path}: not a valid FHIR {name} {rtype}: {where}{hint}") from None
-        models = "R4B models" if version == "r4" else "R5 models"
+        models = {"r4": "R4B models", "r5": "R5 models", "stu3": "STU3 models"}[version]
         raise InputError(f"{path}: not a FHIR {name} resource the {models} know (resourceType {rtype!r}){hint}") from None
 
 
 def _other_version_hint(resource: dict, version: str) -> str:
-    """When a record invalid in one version is valid in the other: say so, and how to read it that way."""
-    other = "r5" if version == "r4" else "r4"
-    try:
-        model_class(resource.get("resourceType"), other).model_validate(resource)
-    except (KeyError, ValueError, TypeError):
-        return ""
-    return f" (it is valid FHIR {other.upper()}: read it with --fhir-version {other})"
+    """When a record invalid in one version is valid in another: say so, and how to read it that way."""
+    for other in (v for v in versions.FHIR_VERSIONS if v != version):
+        try:
+            model_class(resource.get("resourceType"), other).model_validate(resource)
+        except (KeyError, ValueError, TypeError):
+            continue
+        return f" (it is valid FHIR {other.upper()}: read it with --fhir-version {other})"
+    return ""
 
 
 def _is_r4_only(entry) -> bool:

@@ -12,7 +12,7 @@ from datetime import date
 from types import MappingProxyType
 from typing import Callable, Mapping
 
-from fhir_transforms import dates
+from fhir_transforms import dates, safe_harbor_gaps
 from fhir_transforms.r4 import references
 from fhir_transforms.errors import InputError, UnknownModifier
 from fhir_transforms.r4.methods import BY_PATIENT, BY_VALUE, DATA_ABSENT, METHODS, REMOVE, TextRef, reused_by
@@ -29,6 +29,7 @@ SECURITY_SYSTEM = "http://terminology.hl7.org/CodeSystem/v3-ObservationValue"
 KEY_TAG_SYSTEM = "http://deid-adapter.org/fhir/CodeSystem/key-id"
 PROFILE_TAG_SYSTEM = "http://deid-adapter.org/fhir/CodeSystem/deid-profile"
 SITE_RULES_TAG_SYSTEM = "http://deid-adapter.org/fhir/CodeSystem/site-rules"  # code: the site rules file's SHA-256
+DEID_STATUS_TAG_SYSTEM = "http://deid-adapter.org/fhir/CodeSystem/deid-status"  # code: not-safe-harbor
 PATIENT_LINKS = ("subject", "patient", "beneficiary")
 RELATIVE_ELEMENTS = ("born", "age", "deceased")  # FamilyMemberHistory elements that describe the relative
 NO_OPTIONS: Mapping = MappingProxyType({})
@@ -389,9 +390,11 @@ def stamp_all(ctx: RecordContext) -> None:
     for _, state in ctx.walked:  # contained resources are walked (and listed) before their container
         if state.container is not None:
             state.container.labels |= state.labels
-    stamps = [(KEY_TAG_SYSTEM, ctx.pseudo.key_id), (PROFILE_TAG_SYSTEM, f"{ctx.profile.name}@{ctx.profile.version}")]
+    stamps = [(KEY_TAG_SYSTEM, ctx.pseudo.key_id), (PROFILE_TAG_SYSTEM, safe_harbor_gaps.label(ctx.profile))]
     if ctx.profile.rules_sha256:  # made with a site rules file: outputs of other rules never pass as the same release
         stamps.append((SITE_RULES_TAG_SYSTEM, ctx.profile.rules_sha256))
+    if ctx.profile.safe_harbor_gaps:  # full shifted dates, kept values: a reader must not take it for Safe Harbor
+        stamps.append((DEID_STATUS_TAG_SYSTEM, safe_harbor_gaps.NOT_SAFE_HARBOR))
     for res, state in ctx.walked:
         if state.container is None:
             _stamp(res, state, ctx, stamps)
