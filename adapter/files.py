@@ -45,8 +45,22 @@ def list_inputs(root: Path) -> list[tuple[Path, Path]]:
         return [(root, Path(root.name))]
     if not root.is_dir():
         raise InputError(f"{root}: no such file or folder")
-    found = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in SUFFIXES)
+    found = sorted(p for p in root.rglob("*") if p.suffix in SUFFIXES and (p.is_file() or is_dangling(p)))
+    check_links(root, found)
     return [(p, p.relative_to(root)) for p in found]
+
+
+def is_dangling(path: Path) -> bool:
+    return path.is_symlink() and not path.exists()
+
+
+def check_links(root: Path, found: list[Path]) -> None:
+    """InputError for a link among the inputs that leads nowhere: a file meant for the run would be missing from
+    it without a word (its name is relative to the input folder, as the user gave it)."""
+    dangling = [p for p in found if is_dangling(p)]
+    if dangling:
+        raise InputError(f"{root}: {len(dangling)} link(s) lead nowhere, first {dangling[0].relative_to(root)}; "
+                         "remove or mend them")
 
 
 def check_validation_size(inputs: list[tuple[Path, Path]]) -> None:

@@ -17,6 +17,40 @@ IDENTIFIER_CATEGORY = {"SS": "SOCIAL_SECURITY_NUMBER", "MR": "MEDICAL_RECORD_NUM
 NAME_EXTENSIONS = {"http://hl7.org/fhir/StructureDefinition/patient-mothersMaidenName"}
 
 
+WORD_CATEGORIES = frozenset({"NAME", "GEOGRAPHIC_LOCATION", "DATE"})  # values that may be words or dates of anything
+
+
+def is_identifier_shaped(known: KnownIdentifier) -> bool:
+    """An MRN, SSN, phone number or id rather than a word: what no coincidence of words explains where a rule
+    kept a value by design (a surname that is also a race's display is a word; a code equal to an MRN is not)."""
+    return known.category not in WORD_CATEGORIES and any(c.isdigit() for c in known.value)
+
+
+# resources that are things, not people: their identifiers may be their names (known identifiers elsewhere)
+THING_TYPES = frozenset({"Organization", "Location", "Device", "DeviceDefinition", "HealthcareService", "Endpoint"})
+
+
+def thing_names(resources: Iterable[dict]) -> tuple[str, ...]:
+    """The names of a record's organizations, locations and devices (casefolded): Organization and Location
+    names and aliases, device names, service and endpoint names."""
+    found: set[str] = set()
+    for res in resources:
+        if not is_one_of(res.get("resourceType"), THING_TYPES):
+            continue
+        found.update(_strings(res.get("name"), res.get("alias")))
+        for named in _dicts(res.get("deviceName")):
+            found.update(_strings(named.get("name")))
+    return tuple(sorted(n.casefold() for n in found))
+
+
+def names_a_thing(value, names: tuple[str, ...]) -> bool:
+    """Whether `value` is one of `names`, or words of one (`EpicCare` of "EpicCare Ambulatory")."""
+    if not isinstance(value, str) or not value.strip() or not names:
+        return False
+    pattern = re.compile(r"(?<!\w)" + re.escape(value.strip().casefold()) + r"(?!\w)")
+    return any(pattern.search(name) for name in names)
+
+
 def identifier_category(identifier: dict) -> str:
     if identifier.get("system") == "http://hl7.org/fhir/sid/us-ssn":
         return "SOCIAL_SECURITY_NUMBER"

@@ -15,6 +15,7 @@ from fhir_transforms.methods import FHIR, METHODS
 import mappings
 
 MAPPINGS = Path(mappings.__file__).resolve().parent / "fhir"
+DATA = MAPPINGS.parent / "data"
 SAFE_HARBOR = "safe-harbor"  # the packaged profile every other set of rules is weighed against
 
 
@@ -77,7 +78,7 @@ class Profile:
     default_primitive: Rule
     identifier_remove_types: frozenset[str]
     identifier_remove_systems: frozenset[str]
-    extension_allow: frozenset[str]
+    extension_allow: dict[str, "ExtensionKind | None"]  # url → what it may hold (None: anything, as before)
     modifier_extension_allow: frozenset[str]
     kept_by_design: frozenset[str] = frozenset()  # Owner.element values the leak guard trusts where the rules kept them
     rules_sha256: str = ""  # a site rules file's hash (fhir_transforms/site_rules.py); "" for a packaged profile
@@ -284,7 +285,7 @@ def profile_from_doc(doc: dict, where: Callable[[tuple, str], str], rules_sha256
         default_primitive=_rule(doc.get("default_primitive", "keep"), where(("default_primitive",), "default_primitive")),
         identifier_remove_types=frozenset(ids.get("remove_types", [])),
         identifier_remove_systems=frozenset(ids.get("remove_systems", [])),
-        extension_allow=frozenset(doc.get("extensions", {}).get("allow", [])),
+        extension_allow=_extensions(doc.get("extensions") or {}, where(("extensions",), "extensions")),
         modifier_extension_allow=frozenset(doc.get("modifier_extensions", {}).get("allow", [])),
         kept_by_design=frozenset(doc.get("leak_guard", {}).get("kept_by_design", [])),
         rules_sha256=rules_sha256,
@@ -296,6 +297,41 @@ def profile_from_doc(doc: dict, where: Callable[[tuple, str], str], rules_sha256
                                  for path, spec in (section or {}).get("rules", {}).items()}
                        for version, section in (doc.get("fhir_versions") or {}).items()},
     )
+
+
+@dataclass(frozen=True)
+class ExtensionKind:
+    """What an allowed extension may hold, from its StructureDefinition (mappings/data/extensions.yaml): the types
+    of its value[x] (lower case), and its sub-extensions' relative urls with theirs."""
+
+    values: frozenset[str]
+    parts: dict[str, frozenset[str]]
+
+    def fits(self, extension: dict, types: frozenset[str] | None = None) -> bool:
+        """Whether every value[x] of `extension` has one of the types (this kind's own, or a part's)."""
+        allowed = self.values if types is None else types
+        return all(key[5:].lower() in allowed for key in extension if key.startswith("value"))
+
+
+def _extensions(section: dict, where: str) -> dict[str, ExtensionKind | None]:
+    """The allow-list: the definitions file's extensions by what they hold, and `allow`'s urls, which may hold
+    anything (a site's own extensions, and relative urls of sub-extensions of theirs)."""
+    found: dict[str, ExtensionKind | None] = dict.fromkeys(section.get("allow", []))
+    name = section.get("definitions")
+    if name is not None:
+        path = DATA / str(name)
+        if not isinstance(name, str) or path.parent != DATA or not path.is_file():
+            raise ProfileError(f"{where}: definitions names a file of mappings/data/")
+        for url, spec in _extension_file(path).items():
+            found[url] = ExtensionKind(
+                frozenset(t.lower() for t in spec.get("value", [])),
+                {part: frozenset(t.lower() for t in types) for part, types in spec.get("extension", {}).items()})
+    return found
+
+
+@lru_cache(maxsize=None)
+def _extension_file(path: Path) -> dict:
+    return yaml.safe_load(path.read_text(encoding="utf-8"))["extensions"]
 
 
 def _flag(value, where: str) -> bool:

@@ -254,9 +254,11 @@ def scan(root: Path, files: list[str], index: PatientIndex, engine: Deidentifier
 
 def _index_person(line: bytes, rel: str, n: int, index: PatientIndex, engine: Deidentifier, validate: str) -> None:
     res = _json_or_none(line.removeprefix(b"\xef\xbb\xbf"))
-    if not isinstance(res, dict) or res.get("resourceType") not in COMPARTMENT_TYPES:
+    if not isinstance(res, dict) or not known_ids.is_one_of(res.get("resourceType"), COMPARTMENT_TYPES):
         return
-    patient = res.get("id") if res["resourceType"] == "Patient" else _reference_id((res.get("patient") or {}).get("reference"))
+    link = res.get("patient")  # (any JSON value before validation: pass 2 reports a wrong shape)
+    patient = res.get("id") if res["resourceType"] == "Patient" else \
+        _reference_id(link.get("reference") if isinstance(link, dict) else None)
     if not isinstance(patient, str) or not patient:
         return
     engine.validate = _validates(validate, rel, n)
@@ -365,7 +367,8 @@ def process_chunk(root: Path, chunk: Chunk, worker: Worker) -> tuple[bytes, dict
         if not isinstance(res, dict) or not isinstance(res.get("resourceType"), str):
             refusals.append([n, None, "invalid-json" if res is None else "not-a-resource"])
             continue
-        patients = sorted(linked_patients(res, line) | ({res.get("id")} - {None}))
+        own = res.get("id")  # (any JSON value before validation: the engine reports a wrong shape)
+        patients = sorted(linked_patients(res, line) | ({own} if isinstance(own, str) else set()))
         linked = [k for p in patients for k in worker.linked_known(p)]
         age_limits = {p: year for p in patients if (year := worker.linked_age_limit(p)) is not None}
         engine.validate = _validates(worker.validate, chunk.file, n)

@@ -56,6 +56,14 @@ def tune_gc() -> None:
     gc.set_threshold(GC_THRESHOLD, *gc.get_threshold()[1:])
 
 
+def check_output_apart(input: Path, output: Path) -> None:
+    """OUTPUT may be neither INPUT nor inside it: the next run over INPUT would read its own outputs as input."""
+    if input.resolve() == output.resolve():
+        fail("OUTPUT must differ from INPUT")
+    if input.is_dir() and output.resolve().is_relative_to(input.resolve()):
+        fail("OUTPUT must not be a folder inside INPUT (a later run would de-identify its own outputs)")
+
+
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
     """Print the message on stderr and end the command with the exit code (2: bad usage or input)."""
     typer.echo(f"deid-adapter: {message}", err=True)
@@ -84,9 +92,11 @@ def host_text(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-def serve_app(app, sock: socket.socket, ssl_certfile: Optional[Path], ssl_keyfile: Optional[Path], about: str) -> None:
-    """Run an ASGI app on uvicorn on `sock`; say `about` (where it listens) on stderr once it does. SIGTERM or
-    Ctrl-C: uvicorn finishes the requests in hand and the app's shutdown, and the command exits 0."""
+def serve_app(app, sock: socket.socket, ssl_certfile: Optional[Path], ssl_keyfile: Optional[Path], about: str,
+              **options) -> None:
+    """Run an ASGI app on uvicorn on `sock` (`options`: more of uvicorn's settings); say `about` (where it listens)
+    on stderr once it does. SIGTERM or Ctrl-C: uvicorn finishes the requests in hand and the app's shutdown, and
+    the command exits 0."""
     import uvicorn
 
     class Announcing(uvicorn.Server):
@@ -101,4 +111,4 @@ def serve_app(app, sock: socket.socket, ssl_certfile: Optional[Path], ssl_keyfil
 
     Announcing(uvicorn.Config(app, access_log=False, log_level="warning",
                               ssl_certfile=str(ssl_certfile) if ssl_certfile else None,
-                              ssl_keyfile=str(ssl_keyfile) if ssl_keyfile else None)).run(sockets=[sock])
+                              ssl_keyfile=str(ssl_keyfile) if ssl_keyfile else None, **options)).run(sockets=[sock])

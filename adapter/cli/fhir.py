@@ -12,6 +12,7 @@ from adapter import files as fhir_files
 from adapter.audit.trail import AuditError
 from adapter.cli import auditing
 from adapter.cli.common import (
+    check_output_apart,
     EXIT_BAD_INPUT,
     EXIT_REFUSED,
     FhirVersionOpt,
@@ -61,8 +62,7 @@ def fhir(
 ) -> None:
     """De-identify FHIR R4 or R5 input into OUTPUT. Bad files are reported and skipped; the exit code says so."""
     # the arguments first, the models last: a wrong argument is answered before a model loads
-    if input.resolve() == output.resolve():
-        fail("OUTPUT must differ from INPUT")
+    check_output_apart(input, output)
     try:
         inputs = fhir_files.list_inputs(input)
         if validate is Validation.full:

@@ -10,6 +10,7 @@ from adapter import files as fhir_files
 from adapter.audit import trail as audit
 from adapter.cli import auditing
 from adapter.cli.common import (
+    check_output_apart,
     EXIT_BAD_INPUT,
     EXIT_REFUSED,
     KeyFile,
@@ -34,7 +35,9 @@ def list_inputs(root: Path) -> list[tuple[Path, Path]]:
         return [(root, Path(root.name))]
     if not root.is_dir():
         raise InputError(f"{root}: no such file or folder")
-    found = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in SUFFIXES)
+    found = sorted(p for p in root.rglob("*")
+                   if p.suffix.lower() in SUFFIXES and (p.is_file() or fhir_files.is_dangling(p)))
+    fhir_files.check_links(root, found)
     return [(p, p.relative_to(root)) for p in found]
 
 
@@ -56,8 +59,7 @@ def hl7(
 ) -> None:
     """De-identify HL7v2 ER7 messages into OUTPUT. Bad files are reported and skipped; the exit code says so."""
     # the arguments first, the models last: a wrong argument is answered before a model loads
-    if input.resolve() == output.resolve():
-        fail("OUTPUT must differ from INPUT")
+    check_output_apart(input, output)
     try:
         inputs = list_inputs(input)
     except InputError as e:

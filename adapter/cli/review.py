@@ -142,6 +142,10 @@ def review_serve(
     port: int = typer.Option(8090, "--port"),
     ssl_certfile: Optional[Path] = typer.Option(None, "--ssl-certfile"),
     ssl_keyfile: Optional[Path] = typer.Option(None, "--ssl-keyfile"),
+    behind_tls: bool = typer.Option(False, "--behind-tls", help="A TLS proxy serves the page: cookies are Secure."),
+    trusted_proxy: Optional[str] = typer.Option(
+        None, "--trusted-proxy", help="The proxy's address(es), comma-separated: only its X-Forwarded-For names the "
+                                      "client (for the sign-in throttle); without it the header is ignored."),
     audit_target: Optional[str] = auditing.AuditOpt,
     audit_key_file: Optional[Path] = auditing.AuditKeyOpt,
 ) -> None:
@@ -155,10 +159,12 @@ def review_serve(
     app = create_review_app(ReviewConfig(
         _queue(queue, review_key_file), store, fhir_engine(key_file, profile, stack, True, today),
         _thresholds(config), out, auditing.open_trail(audit_target, audit_key_file),
-        secure_cookies=bool(ssl_certfile)))
+        secure_cookies=bool(ssl_certfile) or behind_tls))
     bound = sock.getsockname()
+    # uvicorn trusts X-Forwarded-For from 127.0.0.1 by default: a client could rotate it past the throttle
     serve_app(app, sock, ssl_certfile, ssl_keyfile,
-              f"review page on http{'s' * bool(ssl_certfile)}://{host_text(bound[0])}:{bound[1]}/")
+              f"review page on http{'s' * bool(ssl_certfile)}://{host_text(bound[0])}:{bound[1]}/",
+              proxy_headers=bool(trusted_proxy), forwarded_allow_ips=trusted_proxy or "")
 
 
 def review_add_user(users: Path = typer.Argument(..., help="Users file (created 0600)."),

@@ -32,9 +32,9 @@ from fhir_transforms.keys import Key
 from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.r4 import versions
 from fhir_transforms.r4.record import Deidentifier
-from fhir_transforms.rules import ProfileError, load_profile
+from fhir_transforms.rules import MAPPINGS, ProfileError, load_profile, profile_names
 from text_deid import budget
-from text_deid.stack import DEFAULT_STACK, LlmSettings, StackUnavailable
+from text_deid.stack import DEFAULT_STACK, STACKS, LlmSettings, StackUnavailable
 import conformance
 from adapter.audit.trail import AuditError
 from fhir_transforms.hl7v2 import message as er7
@@ -44,6 +44,7 @@ from adapter.engines import Profiles, text_stack
 
 FHIR_JSON = "application/fhir+json"
 JSON_TYPES = (FHIR_JSON, "application/json")
+OPERATION_PARAMETERS = ("resource", "profile", "stack", "fhirVersion")  # $de-identify's in-parameters
 HL7_TYPES = ("x-application/hl7-v2+er7", "application/hl7-v2", "text/plain")
 CONFORMANCE = Path(conformance.__file__).resolve().parent
 access_log = logging.getLogger("deid_adapter.access")
@@ -116,7 +117,9 @@ def create_app(config: ServiceConfig) -> FastAPI:
         pool.shutdown(wait=False, cancel_futures=True)
         log.info("deid-adapter serve: stopped; %s", served(registry))
 
-    app = FastAPI(title="deid-adapter", version="0.1.0", docs_url=None, redoc_url=None, lifespan=lifespan)
+    # no /openapi.json: the operations are described by the CapabilityStatement behind a token (/metadata)
+    app = FastAPI(title="deid-adapter", version="0.1.0", docs_url=None, redoc_url=None, openapi_url=None,
+                  lifespan=lifespan)
 
     @app.exception_handler(StarletteHTTPException)
     async def routing_error(_request: Request, e: StarletteHTTPException) -> Response:
@@ -140,6 +143,10 @@ def create_app(config: ServiceConfig) -> FastAPI:
             raise HttpError(400, "invalid", f"this service de-identifies with site rules over {config.profile}: "
                                             "a request cannot name another profile")
         key = (profile or config.profile, stack or config.stack or DEFAULT_STACK)
+        if key[0] not in profile_names(MAPPINGS):  # never echoed: a request's strings stay out of answers and logs
+            raise HttpError(400, "invalid", f"unknown profile (known: {', '.join(sorted(profile_names(MAPPINGS)))})")
+        if key[1] not in STACKS:
+            raise HttpError(400, "invalid", f"unknown stack (known: {', '.join(STACKS)})")
         if key not in config.engines:
             try:
                 rules = config.site.fhir if config.site is not None else load_profile(key[0])
@@ -166,6 +173,9 @@ def create_app(config: ServiceConfig) -> FastAPI:
         media = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if media not in types:
             raise HttpError(415, "not-supported", f"content type must be one of {', '.join(types)}")
+        if "content-length" in request.headers and "transfer-encoding" in request.headers:
+            # request smuggling's shape (RFC 9112 6.3): a proxy and this server could read different bodies
+            raise HttpError(400, "structure", "a request may not have both Content-Length and Transfer-Encoding")
         declared = request.headers.get("content-length")
         if declared and declared.isdigit() and int(declared) > config.max_body_bytes:
             raise HttpError(413, "too-costly", f"request body over {config.max_body_bytes} bytes")
@@ -262,6 +272,10 @@ def create_app(config: ServiceConfig) -> FastAPI:
             given = doc.get("parameter") or []
             if not isinstance(given, list):
                 raise HttpError(400, "structure", "Parameters.parameter must be a list")
+            named = [p.get("name") for p in given if isinstance(p, dict)]
+            twice = sorted(n for n in OPERATION_PARAMETERS if named.count(n) > 1)
+            if twice:  # which one counts would be a guess: the first, the last? Neither.
+                raise HttpError(400, "invalid", f"parameter {twice[0]!r} given {named.count(twice[0])} times: give it once")
             params = {p.get("name"): p for p in given if isinstance(p, dict)}
             if "resource" not in params or not isinstance(params["resource"].get("resource"), dict):
                 raise HttpError(400, "required", "Parameters needs a `resource` parameter holding a resource")

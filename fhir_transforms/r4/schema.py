@@ -89,7 +89,12 @@ def elements(type_name: str, version: str = "r4") -> dict[str, Element]:
         fields = _table(version)["types"][type_name]
     except KeyError:
         raise ValueError(f"{type_name} is not a valid FHIR Model") from None
-    return {key: Element(*field[:5], tuple(field[5]), field[6]) for key, field in fields.items()}
+    found = {key: Element(*field[:5], tuple(field[5]), field[6]) for key, field in fields.items()}
+    if type_name == "Extension":  # FHIR JSON gives value[x] its primitive extensions; the models have no field
+        for key, el in list(found.items()):
+            if key.startswith("value") and el.type in PRIMITIVES.values():
+                found["_" + key] = Element(key, "Element", False, False)
+    return found
 
 
 @lru_cache(maxsize=4096)
