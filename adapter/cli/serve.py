@@ -10,11 +10,13 @@ import typer
 
 from adapter.cli import auditing
 from adapter.cli.common import (
+    CharsetOpt,
     FhirVersion,
     LlmModel,
     LlmUrl,
     ProfileOpt,
     RulesOpt,
+    charset_codec,
     fail,
     host_text,
     listening_socket,
@@ -60,9 +62,11 @@ def serve(
     fhir_version: FhirVersion = typer.Option(FhirVersion.auto, "--fhir-version",
                                              help="The FHIR version of requests that name none (media type "
                                                   "fhirVersion or the fhirVersion parameter): r4, r5, stu3 or auto."),
+    charset: Optional[str] = CharsetOpt,
 ) -> None:
     """Serve POST /fhir/$de-identify, POST /hl7v2/$de-identify, GET /fhir/metadata, /healthz, /readyz, /metrics."""
     llm = settings.llm(llm_url, llm_model)
+    codec = charset_codec(charset)
     try:
         key = keys.load_key(key_file)
         store = TokenStore.load(tokens)
@@ -74,7 +78,7 @@ def serve(
     trail = auditing.open_trail(audit, audit_key_file)
     config = ServiceConfig(key, store, chosen.name, stack, int(max_body_mb * 1024 * 1024), timeout_s, workers, clock,
                            trail, llm=llm, site=chosen if chosen.site is not None else None,
-                           fhir_version=fhir_version.value)
+                           fhir_version=fhir_version.value, charset=codec)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     sock = listening_socket(host, port)
     bound = sock.getsockname()
