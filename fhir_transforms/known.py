@@ -8,6 +8,10 @@ from text_deid.spans import KnownIdentifier
 
 PEOPLE = {"Patient", "RelatedPerson", "Person", "Practitioner"}
 PERSON_TYPES = PEOPLE | {"PractitionerRole"}  # what a Reference.display names a person for
+# Resources of a record's staff and organizations: Safe Harbor's identifiers are the patient's and those of their
+# relatives, household and employers, so what these alone hold is not masked in coded terms (a provider named TEST)
+STAFF_TYPES = frozenset({"Practitioner", "PractitionerRole", "Organization", "Location", "HealthcareService",
+                         "Endpoint"})
 FULL_DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}")
 TELECOM_CATEGORY = {"phone": "PHONE_NUMBER", "sms": "PHONE_NUMBER", "pager": "PHONE_NUMBER",
                     "fax": "FAX_NUMBER", "email": "EMAIL_ADDRESS", "url": "URL"}
@@ -94,3 +98,14 @@ def collect(resources: Iterable[dict]) -> set[KnownIdentifier]:
         if is_one_of(res.get("resourceType"), PEOPLE):
             found.update(_person(res))
     return found
+
+
+def collect_staff(resources: Iterable[dict]) -> tuple[set[KnownIdentifier], set[KnownIdentifier]]:
+    """(the staff's, the patient's and their people's) known identifiers among those `collect` finds."""
+    staff: set[KnownIdentifier] = set()
+    personal: set[KnownIdentifier] = set()
+    for res in resources:
+        kind = res.get("resourceType")
+        if is_one_of(kind, PEOPLE):
+            (staff if kind in STAFF_TYPES else personal).update(_person(res))
+    return staff, personal

@@ -747,7 +747,8 @@ class HL7Deidentifier:
         terms = [n for n in walk.notes if n.known_only]
         try:
             found = self.stack.detect_many([n.text for n in notes], known_ids)
-            found += self.terms.detect_many([n.text for n in terms], known_ids) if terms else []
+            # coded terms: the patient's and their people's identifiers only, as the guard reads (not staff's)
+            found += self.terms.detect_many([n.text for n in terms], guarded) if terms else []
         except DetectorError as e:
             raise RecordRefused(f"{where}: text detector failed: {e}") from None
         for note, spans in zip(notes + terms, found):

@@ -102,6 +102,7 @@ class Deidentifier:
             if r.get("resourceType") == "Patient" and (limit := age_limit(r.get("birthDate"), today)) is not None:
                 ctx.age_limits[r.get("id") or ""] = limit
         ctx.known.update(known_ids.collect(members))
+        ctx.add_people(*known_ids.collect_staff(members))
         ctx.known.update(linked)
         walk_record(doc, path, ctx)
         for res, state in ctx.walked:  # entries removed by the entry rules, and references to them
@@ -130,6 +131,7 @@ class Deidentifier:
         try:
             spans = self.stack.detect_many(texts, known, timings)
             term_spans = self.terms.detect_many(terms, known) if terms else []
+            staff_terms = _staff_terms(self.terms, terms, term_spans, known, ctx.staff_only())
         except DetectorError as e:
             raise DetectorFailed(f"{path}: text detector failed: {e}") from None
         findings: list[Finding] = []
@@ -151,6 +153,10 @@ class Deidentifier:
         for term, found in zip(terms, term_spans):
             if not found:  # (most): every occurrence stays as written
                 continue
+            if term in staff_terms:  # only a member of staff's identifiers: kept, and the guard lets it be
+                for container, slot, _, _ in ctx.terms[term]:
+                    ctx.generated.add(container, slot)
+                continue
             kept = keeps_what_was_found(term, found)
             for container, slot, at, labels in ctx.terms[term]:
                 findings.extend(Finding(path_text(at), s) for s in found)
@@ -160,6 +166,17 @@ class Deidentifier:
                     labels.add("MASKED")
                     container[slot] = replace.apply(term, found)
         return findings, len(texts) + sum(map(len, ctx.terms.values())), timings
+
+
+def _staff_terms(stack: TextStack, terms: list[str], found: list[list], known: tuple[KnownIdentifier, ...],
+                 staff_only: frozenset) -> set[str]:
+    """The terms in which only identifiers of staff and organizations were found ("Reason for lab test" beside a
+    provider named TEST): Safe Harbor's identifiers are the patient's and their people's, so they stay as written."""
+    hit = [t for t, f in zip(terms, found) if f]
+    if not hit or not staff_only:
+        return set()
+    personal = tuple(k for k in known if k not in staff_only)
+    return {t for t, f in zip(hit, stack.detect_many(hit, personal)) if not f}
 
 
 def guard(doc: dict, ctx: RecordContext, known: tuple[KnownIdentifier, ...], path: str, profile: Profile,

@@ -70,6 +70,8 @@ def deidentify_entries(engine: Deidentifier, header: dict, before: list[str], en
     patients: list[str] = []
     limits = dict(linked_age_limits or {})
     people: set[KnownIdentifier] = set()
+    staff: set[KnownIdentifier] = set()
+    personal: set[KnownIdentifier] = set()
 
     def take(resources: Iterable[dict]) -> None:
         for r in resources:
@@ -79,6 +81,9 @@ def deidentify_entries(engine: Deidentifier, header: dict, before: list[str], en
                 if (limit := age_limit(r.get("birthDate"), today)) is not None:
                     limits[r.get("id") or ""] = limit
         people.update(known_ids.collect(resources))
+        found_staff, found_personal = known_ids.collect_staff(resources)
+        staff.update(found_staff)
+        personal.update(found_personal)
 
     take(list(iter_resources(header)))
     for entry in entries():
@@ -101,6 +106,7 @@ def deidentify_entries(engine: Deidentifier, header: dict, before: list[str], en
         ctx.age_limits.update(limits)
         ctx.targets.update(targets)
         ctx.known = known
+        ctx.add_people(staff, personal)
         return ctx
 
     def batches(ctx: RecordContext, bundle) -> Iterator[list[tuple[int, object, bool]]]:
@@ -136,10 +142,11 @@ def deidentify_entries(engine: Deidentifier, header: dict, before: list[str], en
     finally:
         pseudo.on_issue, pseudo.fpe_fallbacks = saved
     known = tuple(sorted((k for k in known_set if len(k.value.strip()) >= 2), key=_known_order))
-    del scratch
 
     # 3. the output, entry by entry
     ctx = context(set(known_set))
+    ctx.staff, ctx.personal = scratch.staff, scratch.personal  # the whole Bundle's, before its first batch
+    del scratch
     bundle = walk_resource(header, path, ctx)
     in_place = [k for k in header if k in before]  # keys added from here on go after the entries
     if any_removed:

@@ -18,7 +18,7 @@ from fhir_transforms.errors import InputError, UnknownModifier
 from fhir_transforms.r4.methods import BY_PATIENT, BY_VALUE, DATA_ABSENT, METHODS, REMOVE, TextRef, reused_by
 from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.rules import Profile, Rule
-from fhir_transforms.known import FULL_DATE_RE, is_one_of, type_codes
+from fhir_transforms.known import FULL_DATE_RE, STAFF_TYPES, is_one_of, type_codes
 from fhir_transforms.r4.schema import PRIMITIVES, Element, declared_targets, elements, is_resource_type
 from fhir_transforms.r4.shapes import R4_ONLY, datatype_of, primitive_of
 from text_deid.spans import KnownIdentifier
@@ -118,6 +118,19 @@ class RecordContext:
     # resources many times over; None where each pseudonym issued is reported
     outcomes: defaultdict | None = field(init=False, default=None)
     known_seen: set = field(default_factory=set)  # (value, category) already in `known`
+    # known identifiers of staff and organizations, and the (value, category) of the patient's and their people's
+    # (known.collect_staff): what only the staff's are is not masked in coded terms
+    staff: set = field(default_factory=set)
+    personal: set = field(default_factory=set)
+
+    def staff_only(self) -> frozenset:
+        """The known identifiers that only staff and organizations hold."""
+        return frozenset(k for k in self.staff if (k.value, k.category) not in self.personal)
+
+    def add_people(self, staff: set, personal: set) -> None:
+        """What known.collect_staff found."""
+        self.staff |= staff
+        self.personal.update((k.value, k.category) for k in personal)
     age_limits: dict = field(default_factory=dict)  # patient id → the year they turned 90 (patients aged 90+ only)
     record_key: str = ""  # the record as given (its type and id): `shift` with scope record keys its offset on it
     targets: dict = field(default_factory=dict)  # fullUrl or #id → resourceType of the record's own resources
@@ -187,14 +200,19 @@ class Site:
         if self.labels is not None:
             self.labels.add(code)
 
-    def record_known(self, value, category: str) -> None:
-        """A value the rules transform is a known identifier: it must not survive in any text."""
+    def record_known(self, value, category: str, staff: bool = False) -> None:
+        """A value the rules transform is a known identifier: it must not survive in any text. `staff`: it names
+        a member of staff (as does whatever a staff or organization resource holds)."""
         if isinstance(value, str) and len(value.strip()) >= 2:
             if category == "DATE":
                 if not FULL_DATE_RE.match(value):
                     return
                 value = value[:10]
             seen, key = self.ctx.known_seen, (value, category)
+            if staff or self.res.type in STAFF_TYPES:
+                self.ctx.staff.add(KnownIdentifier(value, category))
+            else:
+                self.ctx.personal.add(key)
             if key not in seen:  # dates and ids recur in a record: one KnownIdentifier each
                 seen.add(key)
                 self.ctx.known.add(KnownIdentifier(value, category))

@@ -172,6 +172,7 @@ def code_regions(text: str) -> list[Region]:
         if loinc_valid(m.group()):
             found.append(Region(m.start(), m.end(), structural))
     if any(c.isdigit() for c in text) and SNOMED_WORD_RE.search(text):
+        found += [Region(m.start(), m.end(), False) for m in SNOMED_WORD_RE.finditer(text)]
         for m in SNOMED_RE.finditer(text):
             near = text[max(0, m.start() - SYSTEM_REACH):m.end() + 20]
             if snomed_valid(m.group()) and SNOMED_WORD_RE.search(near):
