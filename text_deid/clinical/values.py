@@ -28,7 +28,9 @@ from pathlib import Path
 import mappings
 from text_deid.clinical.codes import loinc_valid, snomed_valid
 from text_deid.clinical_terms import marks_person_or_place, vocabulary
+from text_deid.detectors.gazetteer import lexicon
 from text_deid.spans import Span
+from text_deid.validation import common_words
 
 DATA = Path(mappings.__file__).resolve().parent / "data"
 NAME, PLACE = "NAME", "GEOGRAPHIC_LOCATION"
@@ -49,17 +51,18 @@ LOINC_RE = re.compile(r"(?<![\w\-.])\d{3,7}-\d(?![\w\-]|\.\d)")
 SNOMED_RE = re.compile(r"(?<![\w\-.])[1-9]\d{5,17}(?![\w\-]|\.\d)")
 NDC_PACKAGE_RE = re.compile(r"(?<![\w\-])\d{5}-\d{4}-\d{2}(?![\w\-])")
 HL7_TABLE_RE = re.compile(r"(?<!\w)HL7\d{4}(?!\w)")
-# a code system's name, and the shape of its codes, which must follow it closely ("ICD-10: E11.9, I10")
+# a code system's name, and the shape of its codes, listed right after it ("ICD-10: E11.9, I10 and J45.909")
 SYSTEM_CODES = (
     (re.compile(r"\bICD[-\s]?(?:10|9)?(?:[-\s]?(?:CM|PCS))?\b", re.IGNORECASE),
-     re.compile(r"(?<![\w\-.])(?:[A-TV-Z]\d[0-9A-Z](?:\.[0-9A-Z]{1,4})?|[EV]?\d{2,3}(?:\.\d{1,2})?)(?![\w\-]|\.\w)")),
-    (re.compile(r"\b(?:CPT|HCPCS)\b", re.IGNORECASE), re.compile(r"(?<![\w\-.])(?:\d{4}[0-9FTU]|[A-V]\d{4})(?![\w\-.])")),
+     re.compile(r"(?:[A-TV-Z]\d[0-9A-Z](?:\.[0-9A-Z]{1,4})?|[EV]?\d{2,3}(?:\.\d{1,2})?)(?![\w\-/]|\.\w)")),
+    (re.compile(r"\b(?:CPT|HCPCS)\b", re.IGNORECASE), re.compile(r"(?:\d{4}[0-9FTU]|[A-V]\d{4})(?![\w\-./])")),
     (re.compile(r"\bNDC\b", re.IGNORECASE),
-     re.compile(r"(?<![\w\-.])(?:\d{4}-\d{4}-\d{2}|\d{5}-\d{3,4}-\d{1,2}|\d{10,11})(?![\w\-.])")),
-    (re.compile(r"\b(?:RxNorm|RXCUI|CVX)\b", re.IGNORECASE), re.compile(r"(?<![\w\-.])\d{1,7}(?![\w\-.])")),
-    (re.compile(r"\bLOINC\b|\bloinc\.org\b", re.IGNORECASE), LOINC_RE),
+     re.compile(r"(?:\d{4}-\d{4}-\d{2}|\d{5}-\d{3,4}-\d{1,2}|\d{10,11})(?![\w\-./])")),
+    (re.compile(r"\b(?:RxNorm|RXCUI|CVX)\b", re.IGNORECASE), re.compile(r"\d{1,7}(?![\w\-./])")),
+    (re.compile(r"\bLOINC\b|\bloinc\.org\b", re.IGNORECASE), re.compile(r"\d{3,7}-\d(?![\w\-]|\.\d)")),
 )
-SYSTEM_REACH = 60  # characters between a system's name and its last code
+LIST_GAP_RE = re.compile(r"(?:[\s:;,#=()]|\b(?:and|or|codes?|is|CM|PCS)\b)*", re.IGNORECASE)
+SYSTEM_REACH = 60  # characters between a SNOMED CT id and its system's name
 SNOMED_WORD_RE = re.compile(r"\b(?:SNOMED(?:[-\s]?CT)?|SCT(?:ID)?|snomed\.info)\b", re.IGNORECASE)
 # a text made of codes and separators only: a structural key such as a linkId ("/93043-8/56051-6")
 CODES_ONLY_RE = re.compile(r"^[\s/#.:|]*\d{3,7}-\d(?:[\s/#.:|,]+\d{3,7}-\d)*[\s/#.:|]*$")
@@ -72,8 +75,8 @@ patch patches unit units dose doses application applications suppository supposi
 syringe syringes lozenge lozenges packet packets scoop scoops teaspoon teaspoons tsp tablespoon tablespoons tbsp
 inhalation inhalations pill pills sachet sachets injection injections""".split())
 STATE_PREFIX_RE = re.compile(r"^(?:the\s+)?state\s+of\s+", re.IGNORECASE)
-TRAILING_STATE_RE = re.compile(r"(?P<keep>.*?[A-Za-z].*?)[\s,]+(?P<state>[A-Z]{2}|[A-Z][a-z]+(?:\s+[A-Z][a-z]+){0,2})\.?",
-                               re.DOTALL)
+TRAILING_STATE_RE = re.compile(r"(?P<keep>.*?[A-Za-z].*?)[\s,]+(?P<state>[A-Z]{2}|[A-Z][a-z]+(?:\s+[A-Z][a-z]+){0,2})\.?"
+                               r"(?:,?\s+(?P<zip>\d{5}(?:-\d{4})?))?", re.DOTALL)
 TITLE_RUN_BEFORE_RE = re.compile(r"(?:\b[A-Z][a-z]+\s+){1,4}(?:(?:of|Of|OF|and|And|for|For|the|The|in|In)\s+)?$")
 POSSESSIVE_RE = re.compile(r"(?:['’]s|s['’]|['’])$")
 
@@ -117,17 +120,8 @@ def states() -> frozenset[str]:
 
 @lru_cache(maxsize=1)
 def _census_names() -> frozenset[str]:
-    from text_deid.detectors.gazetteer import lexicon
-
     lex = lexicon()
     return lex.first_names | lex.all_surnames
-
-
-@lru_cache(maxsize=1)
-def _common_words() -> frozenset[str]:
-    from text_deid.validation import common_words
-
-    return common_words()
 
 
 def _is_range(low: str, high: str, gap: str, cue: bool) -> bool:
@@ -180,9 +174,10 @@ def code_regions(text: str) -> list[Region]:
     for system, shape in SYSTEM_CODES:
         for s in system.finditer(text):
             found.append(Region(s.start(), s.end(), False))  # the system's own name ("NDC") is no place
-            pos, reach = s.end(), s.end() + SYSTEM_REACH
-            for m in shape.finditer(text, pos, min(len(text), reach)):
+            pos = s.end()
+            while (m := shape.match(text, LIST_GAP_RE.match(text, pos).end())) is not None:
                 found.append(Region(m.start(), m.end(), True))
+                pos = m.end()
     return found
 
 
@@ -239,7 +234,7 @@ def _is_drug(text: str, span: Span, covered: str) -> bool:
 
 def _in_clinical_phrase(text: str, span: Span, covered: str) -> bool:
     """One capitalized common word closing a title-case phrase with a clinical word ("Determinants Of Health")."""
-    if " " in covered or not covered[:1].isupper() or covered.lower() not in _common_words():
+    if " " in covered or not covered[:1].isupper() or covered.lower() not in common_words():
         return False
     run = TITLE_RUN_BEFORE_RE.search(text, max(0, span.start - 60), span.start)
     if run is None:
@@ -248,13 +243,13 @@ def _in_clinical_phrase(text: str, span: Span, covered: str) -> bool:
     return any(vocab.is_word(w.lower()) for w in run.group().split())
 
 
-def _trim_state(text: str, span: Span) -> Span | None:
-    """A place span ending in a state ("Boston, MA"): the part before the state; None when it ends in none."""
+def _without_state(text: str, span: Span) -> list[Span]:
+    """A place span ending in a state, perhaps and a ZIP code ("Boston, MA 02139"): its parts but the state."""
     m = TRAILING_STATE_RE.fullmatch(text, span.start, span.end)
     if m is None or not _is_state(m.group("state")):
-        return None
-    end = span.start + len(m.group("keep").rstrip(" ,"))
-    return Span(span.start, end, span.category, span.detector, span.confidence)
+        return [span]
+    parts = [(span.start, span.start + len(m.group("keep").rstrip(" ,"))), m.span("zip")]
+    return [Span(s, e, span.category, span.detector, span.confidence) for s, e in parts if e > s]
 
 
 def drop_clinical_values(spans: list[Span], text: str) -> list[Span]:
@@ -272,12 +267,11 @@ def drop_clinical_values(spans: list[Span], text: str) -> list[Span]:
         covered = text[start:end]
         if not covered or _inside(start, end, regions, span.category):
             continue
-        if span.category == PLACE:
-            if _is_state(covered):
-                continue
-            trimmed = _trim_state(text, Span(start, end, span.category, span.detector, span.confidence))
-            span = trimmed or span
         if span.category in (NAME, PLACE) and (_is_drug(text, span, covered) or _in_clinical_phrase(text, span, covered)):
+            continue
+        if span.category == PLACE:
+            if not _is_state(covered):
+                kept += _without_state(text, Span(start, end, span.category, span.detector, span.confidence))
             continue
         kept.append(span)
     return kept
