@@ -131,7 +131,7 @@ class Deidentifier:
         try:
             spans = self.stack.detect_many(texts, known, timings)
             term_spans = self.terms.detect_many(terms, known) if terms else []
-            staff_terms = _staff_terms(self.terms, terms, term_spans, known, ctx.staff_only())
+            personal = _personal_spans(self.terms, terms, term_spans, known, ctx.staff_only())
         except DetectorError as e:
             raise DetectorFailed(f"{path}: text detector failed: {e}") from None
         findings: list[Finding] = []
@@ -153,10 +153,12 @@ class Deidentifier:
         for term, found in zip(terms, term_spans):
             if not found:  # (most): every occurrence stays as written
                 continue
-            if term in staff_terms:  # only a member of staff's identifiers: kept, and the guard lets it be
+            if term in personal:  # a member of staff's word stays, and the guard lets it be
+                found = personal[term]
                 for container, slot, _, _ in ctx.terms[term]:
                     ctx.generated.add(container, slot)
-                continue
+                if not found:
+                    continue
             kept = keeps_what_was_found(term, found)
             for container, slot, at, labels in ctx.terms[term]:
                 findings.extend(Finding(path_text(at), s) for s in found)
@@ -168,15 +170,17 @@ class Deidentifier:
         return findings, len(texts) + sum(map(len, ctx.terms.values())), timings
 
 
-def _staff_terms(stack: TextStack, terms: list[str], found: list[list], known: tuple[KnownIdentifier, ...],
-                 staff_only: frozenset) -> set[str]:
-    """The terms in which only identifiers of staff and organizations were found ("Reason for lab test" beside a
-    provider named TEST): Safe Harbor's identifiers are the patient's and their people's, so they stay as written."""
+def _personal_spans(stack: TextStack, terms: list[str], found: list[list], known: tuple[KnownIdentifier, ...],
+                    staff_only: frozenset) -> dict[str, list]:
+    """For each term in which an identifier that only staff or organizations hold was found ("Reason for lab test"
+    beside a provider named TEST), the spans of the patient's and their people's identifiers alone: Safe Harbor's
+    identifiers are theirs, so the staff's words stay as written."""
     hit = [t for t, f in zip(terms, found) if f]
     if not hit or not staff_only:
-        return set()
+        return {}
     personal = tuple(k for k in known if k not in staff_only)
-    return {t for t, f in zip(hit, stack.detect_many(hit, personal)) if not f}
+    before = dict(zip(terms, found))
+    return {t: f for t, f in zip(hit, stack.detect_many(hit, personal)) if f != before[t]}
 
 
 def guard(doc: dict, ctx: RecordContext, known: tuple[KnownIdentifier, ...], path: str, profile: Profile,

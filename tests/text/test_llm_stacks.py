@@ -114,7 +114,7 @@ def test_balanced_vetoes_what_recall_first_keeps(ollama):
     assert {"Quillan Zyxwortel", "503-555-0187", "Osei", "Brimwood", "Hollis Creek Clinic"} <= set(balanced)
     vetoed = {q.split("\n")[1] for q in second_opinion_questions(ollama)}
     assert vetoed == {"Candidate: Parkinson", "Candidate: Danika"}
-    assert balanced_stack.filters[0].counts == {"asked": 2, "vetoed": 2}
+    assert balanced_stack.filters[1].counts == {"asked": 2, "vetoed": 2}
 
 
 def test_precision_first_unions_known_patterns_and_llm_spans(ollama):
