@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from typing import Iterable
 
-from text_deid.spans import KnownIdentifier
+from text_deid.spans import KnownIdentifier, Span
 
 PEOPLE = {"Patient", "RelatedPerson", "Person", "Practitioner"}
 PERSON_TYPES = PEOPLE | {"PractitionerRole"}  # what a Reference.display names a person for
@@ -109,3 +109,18 @@ def collect_staff(resources: Iterable[dict]) -> tuple[set[KnownIdentifier], set[
         if is_one_of(kind, PEOPLE):
             (staff if kind in STAFF_TYPES else personal).update(_person(res))
     return staff, personal
+
+
+def name_words(known: Iterable[KnownIdentifier]) -> frozenset[str]:
+    """The casefolded words of the names among `known`."""
+    return frozenset(w.casefold() for k in known if k.category == "NAME" for w in k.value.replace(",", " ").split())
+
+
+def without_staff_words(term: str, spans: list[Span], personal_words: frozenset[str]) -> list[Span]:
+    """A coded term's spans less the single words that no name of the patient or their people holds ("test" in
+    "Reason for lab test" beside a provider named TEST): Safe Harbor's identifiers are the individual's and their
+    relatives', household's and employers'. A staff member's whole name stays masked, as does a term that is the
+    word alone (it names the person)."""
+    whole = term.strip()
+    return [s for s in spans if not (s.category == "NAME" and len(covered := term[s.start:s.end].split()) == 1
+                                     and covered[0] != whole and covered[0].casefold() not in personal_words)]

@@ -21,6 +21,7 @@ from fhir_transforms.hl7v2.rules import (Datatype, DTMError, HL7Profile, Rule, d
                                          identifier_system, is_calendar_dtm, is_dtm)
 from fhir_transforms.hl7v2.standard import standard_version
 from fhir_transforms import dates, values, zipcodes
+from fhir_transforms.known import name_words, without_staff_words
 from fhir_transforms.errors import InputError, LeakFound, RecordRefused
 from fhir_transforms.fpe import FpeFallback, fpe_format, selects
 from fhir_transforms.methods import METHODS, check_implemented
@@ -747,11 +748,13 @@ class HL7Deidentifier:
         terms = [n for n in walk.notes if n.known_only]
         try:
             found = self.stack.detect_many([n.text for n in notes], known_ids)
-            # coded terms: the patient's and their people's identifiers only, as the guard reads (not staff's)
-            found += self.terms.detect_many([n.text for n in terms], guarded) if terms else []
+            found += self.terms.detect_many([n.text for n in terms], known_ids) if terms else []
         except DetectorError as e:
             raise RecordRefused(f"{where}: text detector failed: {e}") from None
-        for note, spans in zip(notes + terms, found):
+        personal_words = name_words(guarded) if terms else frozenset()
+        for k, (note, spans) in enumerate(zip(notes + terms, found)):
+            if k >= len(notes) and spans:  # a coded term: a staff member's word alone stays (as the guard reads)
+                spans = without_staff_words(note.text, spans, personal_words)
             note.write(note, spans)
         walk.remove_kept_identifiers(guarded)
         walk.finish()

@@ -131,7 +131,7 @@ class Deidentifier:
         try:
             spans = self.stack.detect_many(texts, known, timings)
             term_spans = self.terms.detect_many(terms, known) if terms else []
-            personal = _personal_spans(self.terms, terms, term_spans, known, ctx.staff_only())
+            personal = _personal_spans(terms, term_spans, known, ctx.staff_only())
         except DetectorError as e:
             raise DetectorFailed(f"{path}: text detector failed: {e}") from None
         findings: list[Finding] = []
@@ -170,17 +170,18 @@ class Deidentifier:
         return findings, len(texts) + sum(map(len, ctx.terms.values())), timings
 
 
-def _personal_spans(stack: TextStack, terms: list[str], found: list[list], known: tuple[KnownIdentifier, ...],
+def _personal_spans(terms: list[str], found: list[list], known: tuple[KnownIdentifier, ...],
                     staff_only: frozenset) -> dict[str, list]:
-    """For each term in which an identifier that only staff or organizations hold was found ("Reason for lab test"
-    beside a provider named TEST), the spans of the patient's and their people's identifiers alone: Safe Harbor's
-    identifiers are theirs, so the staff's words stay as written."""
-    hit = [t for t, f in zip(terms, found) if f]
-    if not hit or not staff_only:
+    """For each term in which a word that only a member of staff's name holds was found ("Reason for lab test"
+    beside a provider named TEST), its spans without that word (known_ids.without_staff_words)."""
+    if not staff_only or not any(found):
         return {}
-    personal = tuple(k for k in known if k not in staff_only)
-    before = dict(zip(terms, found))
-    return {t: f for t, f in zip(hit, stack.detect_many(hit, personal)) if f != before[t]}
+    personal_words = known_ids.name_words(k for k in known if k not in staff_only)
+    kept = {}
+    for term, spans in zip(terms, found):
+        if spans and len(left := known_ids.without_staff_words(term, spans, personal_words)) != len(spans):
+            kept[term] = left
+    return kept
 
 
 def guard(doc: dict, ctx: RecordContext, known: tuple[KnownIdentifier, ...], path: str, profile: Profile,

@@ -151,6 +151,5 @@ def test_the_same_display_is_ruled_by_what_each_reference_points_at(test_key):
     out = engine(test_key).deidentify(bundle).resource
     assert out == engine(test_key, reported=[]).deidentify(bundle).resource
     displays = [e["resource"]["provider"].get("display") for e in out["entry"][3:]]
-    # a person's display is a name, removed; a facility's display is a term, in which a name that only a member of
-    # staff bears is kept (Safe Harbor's identifiers are the patient's and their people's)
-    assert displays == [name, None, name, None, None, name]
+    # a person's display is a name, removed (and known: in a facility's display, a term, it is masked)
+    assert displays == ["Dr. [NAME]", None, "Dr. [NAME]", None, None, "Dr. [NAME]"]
