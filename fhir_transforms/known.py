@@ -9,7 +9,7 @@ from text_deid.spans import KnownIdentifier, Span
 PEOPLE = {"Patient", "RelatedPerson", "Person", "Practitioner"}
 PERSON_TYPES = PEOPLE | {"PractitionerRole"}  # what a Reference.display names a person for
 # Resources of a record's staff and organizations: Safe Harbor's identifiers are the patient's and those of their
-# relatives, household and employers, so what these alone hold is not masked in coded terms (a provider named TEST)
+# relatives, household and employers, so a word of a name only these hold is not masked in coded terms
 STAFF_TYPES = frozenset({"Practitioner", "PractitionerRole", "Organization", "Location", "HealthcareService",
                          "Endpoint"})
 FULL_DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}")
@@ -101,13 +101,13 @@ def collect(resources: Iterable[dict]) -> set[KnownIdentifier]:
 
 
 def collect_staff(resources: Iterable[dict]) -> tuple[set[KnownIdentifier], set[KnownIdentifier]]:
-    """(the staff's, the patient's and their people's) known identifiers among those `collect` finds."""
+    """(the staff's, the patient's and their people's) names among the known identifiers `collect` finds."""
     staff: set[KnownIdentifier] = set()
     personal: set[KnownIdentifier] = set()
     for res in resources:
         kind = res.get("resourceType")
         if is_one_of(kind, PEOPLE):
-            (staff if kind in STAFF_TYPES else personal).update(_person(res))
+            (staff if kind in STAFF_TYPES else personal).update(k for k in _person(res) if k.category == "NAME")
     return staff, personal
 
 

@@ -118,19 +118,10 @@ class RecordContext:
     # resources many times over; None where each pseudonym issued is reported
     outcomes: defaultdict | None = field(init=False, default=None)
     known_seen: set = field(default_factory=set)  # (value, category) already in `known`
-    # known identifiers of staff and organizations, and the (value, category) of the patient's and their people's
-    # (known.collect_staff): what only the staff's are is not masked in coded terms
+    # known names of staff, and the (value, category) of the patient's and their people's names (known.collect_staff,
+    # and Site.record_known): a word that only the staff's hold is not masked in coded terms
     staff: set = field(default_factory=set)
     personal: set = field(default_factory=set)
-
-    def staff_only(self) -> frozenset:
-        """The known identifiers that only staff and organizations hold."""
-        return frozenset(k for k in self.staff if (k.value, k.category) not in self.personal)
-
-    def add_people(self, staff: set, personal: set) -> None:
-        """What known.collect_staff found."""
-        self.staff |= staff
-        self.personal.update((k.value, k.category) for k in personal)
     age_limits: dict = field(default_factory=dict)  # patient id → the year they turned 90 (patients aged 90+ only)
     record_key: str = ""  # the record as given (its type and id): `shift` with scope record keys its offset on it
     targets: dict = field(default_factory=dict)  # fullUrl or #id → resourceType of the record's own resources
@@ -143,6 +134,15 @@ class RecordContext:
     def forget_outcomes(self) -> None:
         """Start the reused outcomes anew."""
         self.outcomes = defaultdict(dict) if self.pseudo.on_issue is None else None
+
+    def staff_only(self) -> frozenset:
+        """The known names that only staff hold."""
+        return frozenset(k for k in self.staff if (k.value, k.category) not in self.personal)
+
+    def add_people(self, staff: set, personal: set) -> None:
+        """What known.collect_staff found."""
+        self.staff |= staff
+        self.personal.update((k.value, k.category) for k in personal)
 
     def start_batch(self) -> None:
         """Drop what the walk kept of the entries walked so far (a streamed Bundle's batch is written, or set
@@ -201,18 +201,19 @@ class Site:
             self.labels.add(code)
 
     def record_known(self, value, category: str, staff: bool = False) -> None:
-        """A value the rules transform is a known identifier: it must not survive in any text. `staff`: it names
-        a member of staff (as does whatever a staff or organization resource holds)."""
+        """A value the rules transform is a known identifier: it must not survive in any text. `staff`: a name of a
+        member of staff (as is a name that a staff or organization resource holds)."""
         if isinstance(value, str) and len(value.strip()) >= 2:
             if category == "DATE":
                 if not FULL_DATE_RE.match(value):
                     return
                 value = value[:10]
             seen, key = self.ctx.known_seen, (value, category)
-            if staff or self.res.type in STAFF_TYPES:
-                self.ctx.staff.add(KnownIdentifier(value, category))
-            else:
-                self.ctx.personal.add(key)
+            if category == "NAME":
+                if staff or self.res.type in STAFF_TYPES:
+                    self.ctx.staff.add(KnownIdentifier(value, category))
+                else:
+                    self.ctx.personal.add(key)
             if key not in seen:  # dates and ids recur in a record: one KnownIdentifier each
                 seen.add(key)
                 self.ctx.known.add(KnownIdentifier(value, category))

@@ -47,23 +47,25 @@ RANGE_RE = re.compile(rf"(?<![\w.\-/]){NUM}(?P<gap>{DASH}){NUM}(?![\w\-/]|\.\d)"
 COMPARATOR_RE = re.compile(rf"(?:<=|>=|=<|=>|<|>|≤|≥)\s?{NUM}(?![\w\-/]|\.\d)")
 MEASURE_RE = re.compile(rf"(?<![\w.\-/]){NUM}(?:{DASH}{NUM})?\s?(?P<unit>[^\s,;:()\[\]{{}}<>]{{1,20}})")
 RANGE_CUE_RE = re.compile(r"(?:\brange|\bref(?:erence)?|\bnormal|\bnl|\bbetween)\W{0,12}$", re.IGNORECASE)
-LOINC_RE = re.compile(r"(?<![\w\-.])\d{3,7}-\d(?![\w\-]|\.\d)")
-SNOMED_RE = re.compile(r"(?<![\w\-.])[1-9]\d{5,17}(?![\w\-]|\.\d)")
-NDC_PACKAGE_RE = re.compile(r"(?<![\w\-])\d{5}-\d{4}-\d{2}(?![\w\-])")
-HL7_TABLE_RE = re.compile(r"(?<!\w)HL7\d{4}(?!\w)")
+# codes known by their shape: HL7 table ids, NDC package codes, LOINC-shaped codes (checked), long numbers (SNOMED?)
+CODE_SHAPE_RE = re.compile(r"(?<!\w)(?P<hl7>HL7\d{4})(?!\w)|(?<![\w\-])(?P<ndc>\d{5}-\d{4}-\d{2})(?![\w\-])"
+                           r"|(?<![\w\-.])(?:(?P<loinc>\d{3,7}-\d)|(?P<sct>[1-9]\d{5,17}))(?![\w\-]|\.\d)")
 # a code system's name, and the shape of its codes, listed right after it ("ICD-10: E11.9, I10 and J45.909")
-SYSTEM_CODES = (
-    (re.compile(r"\bICD[-\s]?(?:10|9)?(?:[-\s]?(?:CM|PCS))?\b", re.IGNORECASE),
-     re.compile(r"(?:[A-TV-Z]\d[0-9A-Z](?:\.[0-9A-Z]{1,4})?|[EV]?\d{2,3}(?:\.\d{1,2})?)(?![\w\-/]|\.\w)")),
-    (re.compile(r"\b(?:CPT|HCPCS)\b", re.IGNORECASE), re.compile(r"(?:\d{4}[0-9FTU]|[A-V]\d{4})(?![\w\-./])")),
-    (re.compile(r"\bNDC\b", re.IGNORECASE),
-     re.compile(r"(?:\d{4}-\d{4}-\d{2}|\d{5}-\d{3,4}-\d{1,2}|\d{10,11})(?![\w\-./])")),
-    (re.compile(r"\b(?:RxNorm|RXCUI|CVX)\b", re.IGNORECASE), re.compile(r"\d{1,7}(?![\w\-./])")),
-    (re.compile(r"\bLOINC\b|\bloinc\.org\b", re.IGNORECASE), re.compile(r"\d{3,7}-\d(?![\w\-]|\.\d)")),
-)
+SYSTEM_RE = re.compile(r"\b(?:(?P<icd>ICD[-\s]?(?:10|9)?(?:[-\s]?(?:CM|PCS))?)|(?P<cpt>CPT|HCPCS)|(?P<ndc>NDC)"
+                       r"|(?P<rx>RxNorm|RXCUI|CVX)|(?P<loinc>LOINC|loinc\.org)"
+                       r"|(?P<sct>SNOMED(?:[-\s]?CT)?|SCT(?:ID)?|snomed\.info))\b", re.IGNORECASE)
+SYSTEM_CODES = {
+    "icd": re.compile(r"(?:[A-TV-Z]\d[0-9A-Z](?:\.[0-9A-Z]{1,4})?|[EV]?\d{2,3}(?:\.\d{1,2})?)(?![\w\-/]|\.\w)"),
+    "cpt": re.compile(r"(?:\d{4}[0-9FTU]|[A-V]\d{4})(?![\w\-./])"),
+    "ndc": re.compile(r"(?:\d{4}-\d{4}-\d{2}|\d{5}-\d{3,4}-\d{1,2}|\d{10,11})(?![\w\-./])"),
+    "rx": re.compile(r"\d{1,7}(?![\w\-./])"),
+    "loinc": re.compile(r"\d{3,7}-\d(?![\w\-]|\.\d)"),
+}
+SYSTEM_NAMES = ("icd", "cpt", "hcpcs", "ndc", "rxnorm", "rxcui", "cvx", "loinc", "snomed", "sct")  # SYSTEM_RE's, lowered
 LIST_GAP_RE = re.compile(r"(?:[\s:;,#=()]|\b(?:and|or|codes?|is|CM|PCS)\b)*", re.IGNORECASE)
 SYSTEM_REACH = 60  # characters between a SNOMED CT id and its system's name
-SNOMED_WORD_RE = re.compile(r"\b(?:SNOMED(?:[-\s]?CT)?|SCT(?:ID)?|snomed\.info)\b", re.IGNORECASE)
+# what a span that lies in a region holds: a digit, or a system's name ("NDC"); else no region is computed
+MAY_BE_IN_REGION_RE = re.compile(r"\d|^[A-Za-z.\-]{3,10}$")
 # a text made of codes and separators only: a structural key such as a linkId ("/93043-8/56051-6")
 CODES_ONLY_RE = re.compile(r"^[\s/#.:|]*\d{3,7}-\d(?:[\s/#.:|,]+\d{3,7}-\d)*[\s/#.:|]*$")
 # unit tokens that are also words of an address or English ("12 in", "Suite 5 PA"): never units here
@@ -143,7 +145,7 @@ def _is_unit(token: str) -> bool:
 
 def value_regions(text: str) -> list[Region]:
     """Ranges, comparators and measurements in `text`."""
-    found = []
+    found: list[Region] = []
     for m in MEASURE_RE.finditer(text):
         if _is_unit(m.group("unit")):
             found.append(Region(m.start(), m.start("unit") + len(m.group("unit").rstrip(".")), True))
@@ -159,25 +161,25 @@ def value_regions(text: str) -> list[Region]:
 
 def code_regions(text: str) -> list[Region]:
     """Codes of clinical code systems in `text` (see the module's docstring)."""
-    found = [Region(m.start(), m.end(), False) for m in HL7_TABLE_RE.finditer(text)]
-    found += [Region(m.start(), m.end(), False) for m in NDC_PACKAGE_RE.finditer(text)]
-    structural = bool(CODES_ONLY_RE.match(text))
-    for m in LOINC_RE.finditer(text):
-        if loinc_valid(m.group()):
-            found.append(Region(m.start(), m.end(), structural))
-    if any(c.isdigit() for c in text) and SNOMED_WORD_RE.search(text):
-        found += [Region(m.start(), m.end(), False) for m in SNOMED_WORD_RE.finditer(text)]
-        for m in SNOMED_RE.finditer(text):
-            near = text[max(0, m.start() - SYSTEM_REACH):m.end() + 20]
-            if snomed_valid(m.group()) and SNOMED_WORD_RE.search(near):
-                found.append(Region(m.start(), m.end(), True))
-    for system, shape in SYSTEM_CODES:
-        for s in system.finditer(text):
-            found.append(Region(s.start(), s.end(), False))  # the system's own name ("NDC") is no place
-            pos = s.end()
-            while (m := shape.match(text, LIST_GAP_RE.match(text, pos).end())) is not None:
-                found.append(Region(m.start(), m.end(), True))
-                pos = m.end()
+    found = []
+    lowered = text.lower()
+    systems = list(SYSTEM_RE.finditer(text)) if any(name in lowered for name in SYSTEM_NAMES) else []
+    for s in systems:
+        found.append(Region(s.start(), s.end(), False))  # the system's own name ("NDC") is no place
+        shape = SYSTEM_CODES.get(s.lastgroup)
+        pos = s.end()
+        while shape and (m := shape.match(text, LIST_GAP_RE.match(text, pos).end())) is not None:
+            found.append(Region(m.start(), m.end(), True))
+            pos = m.end()
+    for m in CODE_SHAPE_RE.finditer(text):
+        kind, code = m.lastgroup, m.group()
+        if kind in ("hl7", "ndc"):
+            found.append(Region(m.start(), m.end(), False))
+        elif kind == "loinc" and loinc_valid(code):
+            found.append(Region(m.start(), m.end(), bool(CODES_ONLY_RE.match(text))))
+        elif kind == "sct" and snomed_valid(code) and any(
+                s.lastgroup == "sct" and m.start() - SYSTEM_REACH <= s.start() < m.end() + 20 for s in systems):
+            found.append(Region(m.start(), m.end(), True))
     return found
 
 
@@ -256,8 +258,7 @@ def drop_clinical_values(spans: list[Span], text: str) -> list[Span]:
     """The spans less those that cover only a clinical value (see the module's docstring)."""
     if not any(_droppable(s) for s in spans):
         return list(spans)
-    found = value_regions(text) + code_regions(text)
-    regions = found + runs(text, found)
+    regions: list[Region] | None = None  # computed for the first span that may lie in one
     kept = []
     for span in spans:
         if not _droppable(span):
@@ -265,8 +266,14 @@ def drop_clinical_values(spans: list[Span], text: str) -> list[Span]:
             continue
         start, end = _core(text, span)
         covered = text[start:end]
-        if not covered or _inside(start, end, regions, span.category):
+        if not covered:
             continue
+        if MAY_BE_IN_REGION_RE.search(covered):
+            if regions is None:
+                found = value_regions(text) + code_regions(text)
+                regions = found + runs(text, found)
+            if _inside(start, end, regions, span.category):
+                continue
         if span.category in (NAME, PLACE) and (_is_drug(text, span, covered) or _in_clinical_phrase(text, span, covered)):
             continue
         if span.category == PLACE:
