@@ -70,6 +70,7 @@ def deidentify_entries(engine: Deidentifier, header: dict, before: list[str], en
     patients: list[str] = []
     limits = dict(linked_age_limits or {})
     people: set[KnownIdentifier] = set()
+    things: set[str] = set()
     staff: set[KnownIdentifier] = set()
     personal: set[KnownIdentifier] = set()
 
@@ -81,6 +82,7 @@ def deidentify_entries(engine: Deidentifier, header: dict, before: list[str], en
                 if (limit := age_limit(r.get("birthDate"), today)) is not None:
                     limits[r.get("id") or ""] = limit
         people.update(known_ids.collect(resources))
+        things.update(known_ids.thing_names(resources))
         found_staff, found_personal = known_ids.collect_staff(resources)
         staff.update(found_staff)
         personal.update(found_personal)
@@ -106,6 +108,7 @@ def deidentify_entries(engine: Deidentifier, header: dict, before: list[str], en
         ctx.age_limits.update(limits)
         ctx.targets.update(targets)
         ctx.known = known
+        ctx.thing_names = tuple(sorted(things))
         ctx.add_people(staff, personal)
         return ctx
 
