@@ -107,6 +107,9 @@ def eval_(gold: Path = typer.Argument(..., help="Gold JSONL: {id, text, spans:[{
           stack: Optional[str] = StackOpt, as_json: bool = typer.Option(False, "--json"),
           compare: Optional[str] = typer.Option(None, "--compare", metavar="OTHER",
                                                 help="Second stack: paired differences (STACK - OTHER) on the same resamples."),
+          cluster: Optional[str] = typer.Option(None, "--cluster", metavar="FIELD",
+                                                help="Bootstrap over groups of lines sharing this field's value "
+                                                     "(e.g. template), not over lines."),
           llm_url: Optional[str] = LlmUrl, llm_model: Optional[str] = LlmModel) -> None:
     """Span recall and precision, character recall, over-redaction and strict F1, with 95% bootstrap intervals.
     Prints counts and rates only, never note text."""
@@ -119,12 +122,13 @@ def eval_(gold: Path = typer.Argument(..., help="Gold JSONL: {id, text, spans:[{
     name = text_stack.name
     predicted = dict(_text_results(text_stack, records, lambda rec, spans: (rec["id"], [s.to_json() for s in spans])))
     try:
-        result = evaluation.evaluate(records, predicted)
+        result = evaluation.evaluate(records, predicted, cluster=cluster)
         if compare:
             other = dict(_text_results(_text_stack(compare, llm), records,
                                        lambda rec, spans: (rec["id"], [s.to_json() for s in spans])))
-            result = {"stack": name, "compare": compare, name: result, compare: evaluation.evaluate(records, other),
-                      "paired": evaluation.compare(records, predicted, other)}
+            result = {"stack": name, "compare": compare, name: result,
+                      compare: evaluation.evaluate(records, other, cluster=cluster),
+                      "paired": evaluation.compare(records, predicted, other, cluster=cluster)}
     except ValueError as e:
         fail(f"{gold}: {e}")
     if not compare:
