@@ -13,6 +13,7 @@ from typing import Callable, Sequence
 from text_deid import budget, merge, safe_harbor
 from text_deid.name_parts import join_name_parts
 from text_deid.detectors import Detector
+from text_deid.detectors.addresses import AddressDetector
 from text_deid.detectors.gazetteer import GazetteerDetector
 from text_deid.detectors.known_identifiers import KnownIdentifierDetector
 from text_deid.detectors.llm import LlmDetector, LlmSettings, LlmUnavailable
@@ -37,6 +38,10 @@ def _patterns() -> Detector:
 
 def _gazetteer() -> Detector:
     return GazetteerDetector()
+
+
+def _addresses() -> Detector:
+    return AddressDetector()
 
 
 def _validation() -> SpanFilter:
@@ -71,7 +76,7 @@ def _second_opinion(settings: LlmSettings) -> SpanFilter:
 
 # Detector name → factory. Later layers register here.
 DETECTORS: dict[str, Callable[..., Detector]] = {"known": _known, "patterns": _patterns, "gazetteer": _gazetteer,
-                                                 "ner": _ner, "llm": _llm}
+                                                 "ner": _ner, "llm": _llm, "addresses": _addresses}
 
 # Filter name → factory of a span filter, applied in order before the union merge.
 FILTERS: dict[str, Callable[..., SpanFilter]] = {"validation": _validation, "second-opinion": _second_opinion,
@@ -85,10 +90,10 @@ SETTINGS_OF = {"llm": "llm", "second-opinion": "llm", "ner": "ner"}
 STACKS: dict[str, tuple[str, ...]] = {
     "patterns": ("known", "patterns"),
     "ner-only": ("known", "patterns", "ner"),  # for measurement: what the NER adds to patterns
-    "no-llm": ("known", "patterns", "gazetteer", "ner"),
-    "precision-first": ("known", "patterns", "llm"),
-    "recall-first": ("known", "patterns", "ner", "llm"),
-    "balanced": ("known", "patterns", "ner", "llm"),  # + the second-opinion filter
+    "no-llm": ("known", "patterns", "addresses", "gazetteer", "ner"),
+    "precision-first": ("known", "patterns", "addresses", "llm"),
+    "recall-first": ("known", "patterns", "addresses", "ner", "llm"),
+    "balanced": ("known", "patterns", "addresses", "ner", "llm"),  # + the second-opinion filter
     "gazetteer": ("known", "patterns", "gazetteer"),  # the no-llm stack without NER, for ablations
 }
 # Stack name → filters run on its spans before the merge; stacks not named here have none.

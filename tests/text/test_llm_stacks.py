@@ -68,8 +68,8 @@ def covered(text: str, spans) -> list[str]:
 
 
 def test_the_llm_stacks_are_data():
-    assert STACKS["precision-first"] == ("known", "patterns", "llm")
-    assert STACKS["recall-first"] == ("known", "patterns", "ner", "llm")
+    assert STACKS["precision-first"] == ("known", "patterns", "addresses", "llm")
+    assert STACKS["recall-first"] == ("known", "patterns", "addresses", "ner", "llm")
     assert STACKS["balanced"] == STACKS["recall-first"] and STACK_FILTERS["balanced"][:2] == ("second-opinion", "validation")
 
 
