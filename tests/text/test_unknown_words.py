@@ -52,6 +52,7 @@ def test_a_capitalized_unknown_word_alone_needs_the_recall_first_stack(in_contex
     "B Natriuretic Peptide",                                        # a test's name in title case
     "Hx of Crohn disease; Salmonella, Shigella and Campylobacter.",
     "other STECs, and Aeromonas",                                   # an abbreviation's plural
+    "PCM said AFib is a concern.",                                  # a mixed-case abbreviation
     "Mother has HTN, COPD and CABG x2 at age 70.",                  # abbreviations
     "Step-Grandmother\nPheasant shot",                              # a cue on another line
     "step-mother visor opening",                                    # a weak cue before a lower-case word
