@@ -39,6 +39,7 @@ PAIR_ZIPF = 3.0  # two capitalized words side by side are a name only if both ar
 MAX_LIST = 12  # list mates taken from one text at most
 
 _WORD = regex.compile(r"(?<![\w@./\\-])\p{L}[\p{L}'’]{0,40}(?:-\p{L}[\p{L}'’]{0,40}){0,3}(?![\w@/])")
+_UPPER, _LOWER = regex.compile(r"\p{Lu}"), regex.compile(r"\p{Ll}")
 _POSSESSIVE = regex.compile(r"['’]s?$")
 _INITIAL = regex.compile(r"[ \t]{1,3}\p{Lu}\.?[ \t]{1,3}")
 # Cues on the same line as the word. A strong cue names the word a name even in lower case ("my name is bertram").
@@ -110,14 +111,16 @@ class UnknownWordDetector:
         is_english_word("the")
 
     def detect(self, text: str, known: Sequence[KnownIdentifier] = ()) -> list[Span]:
-        letters = [c for c in text if c.isalpha()]
-        upper_text = bool(letters) and sum(c.isupper() for c in letters) > 0.6 * len(letters)
+        upper, lower = len(_UPPER.findall(text)), len(_LOWER.findall(text))
+        upper_text = upper > 1.5 * lower  # 60% of the letters or more
         words = list(_WORD.finditer(text))
         candidates = []
         known_on_line: dict[int, list[int]] = {}  # line start -> [known words, of them capitalized]
         for m in words:
-            word = _POSSESSIVE.sub("", m.group())
-            if sum(c.isalpha() for c in word) < MIN_LETTERS:
+            word = m.group()
+            if word[-1] in "'’" or word[-2:-1] in ("'", "’"):
+                word = _POSSESSIVE.sub("", word)
+            if len(word) - word.count("-") - word.count("'") - word.count("’") < MIN_LETTERS:
                 continue
             if is_known_word(word):
                 counts = known_on_line.setdefault(text.rfind("\n", 0, m.start()) + 1, [0, 0])
