@@ -84,7 +84,7 @@ def is_known_word(word: str) -> bool:
     """An English, clinical or drug word, or an abbreviation: never a candidate on its own."""
     low = word.lower()
     if ((word.isupper() and len(word) <= ABBREVIATION_MAX) or (word.endswith("s") and word[:-1].isupper())
-            or (word[:2].isupper() and len(word) <= ABBREVIATION_MAX + 1)):
+            or (word[:2].isupper() and not word.isupper() and len(word) <= ABBREVIATION_MAX + 1)):
         return True  # an abbreviation, its plural or a mixed-case one ("COPD", "STECs", "AFib")
     parts = [p for p in low.split("-") if p]
     return (is_english_word(low) or low in postcodes_and_countries()[1] or low in drug_words()
