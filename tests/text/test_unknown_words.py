@@ -34,6 +34,7 @@ def found(detector, text):
     ("He grew up in Tromsø before moving.", ("Tromsø", "GEOGRAPHIC_LOCATION")),
     ("She is based in NAANTALI now.", ("NAANTALI", "GEOGRAPHIC_LOCATION")),
     ("Kwabena and Murphy signed the consent.", ("Murphy", "NAME")),      # a list with an unknown name
+    ("She named him Frank after his grandfather.", ("Frank", "NAME")),   # a common word named as a name
 ])
 def test_words_no_dictionary_knows_are_found_where_a_name_or_place_stands(in_context, text, expected):
     assert expected in found(in_context, text)
@@ -58,6 +59,7 @@ def test_a_capitalized_unknown_word_alone_needs_the_recall_first_stack(in_contex
     "step-mother visor opening",                                    # a weak cue before a lower-case word
     "Lives with her daughter in the city.",
     "Travelling to Estonia next week.",                             # a country is no Safe Harbor place
+    "The drug is named Lasix; the test is called Troponin.",        # named, but a drug and a lab
 ])
 def test_clinical_and_common_words_are_not_candidates(in_context, text):
     assert found(in_context, text) == []

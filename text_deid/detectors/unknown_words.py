@@ -42,7 +42,11 @@ _WORD = regex.compile(r"(?<![\w@./\\-])\p{L}[\p{L}'’]{0,40}(?:-\p{L}[\p{L}'’
 _UPPER, _LOWER = regex.compile(r"\p{Lu}"), regex.compile(r"\p{Ll}")
 _POSSESSIVE = regex.compile(r"['’]s?$")
 _INITIAL = regex.compile(r"[ \t]{1,3}\p{Lu}\.?[ \t]{1,3}")
-# Cues on the same line as the word. A strong cue names the word a name even in lower case ("my name is bertram").
+# Cues on the same line as the word. These make even a common capitalized word a name ("named him Frank").
+_NAMING_CUE = regex.compile(
+    r"(?i:\bmy[ \t]+name[ \t]+is|\bname[ \t]+is|\bname[ \t]*:|\bnamed(?:[ \t]+(?:him|her|them))?|"
+    r"\bcall(?:s|ed)?[ \t]+(?:me|him|her))[ \t]{1,3}\Z")
+# A strong cue names an unknown word a name even in lower case ("my name is bertram").
 _STRONG_NAME_CUE = regex.compile(
     r"(?i:\bdear|\bmy[ \t]+name[ \t]+is|\bname[ \t]+is|\bname[ \t]*:|\bnamed(?:[ \t]+(?:him|her|them|it))?|"
     r"\bcall(?:s|ed)?[ \t]+(?:me|him|her)|\bI[ \t]+am|\bI['’]m|\bthis[ \t]+is)[ \t]{0,3}[:,]?[ \t]{0,3}\Z")
@@ -114,7 +118,7 @@ class UnknownWordDetector:
         upper, lower = len(_UPPER.findall(text)), len(_LOWER.findall(text))
         upper_text = upper > 1.5 * lower  # 60% of the letters or more
         words = list(_WORD.finditer(text))
-        candidates = []
+        candidates, named_words = [], []
         known_on_line: dict[int, list[int]] = {}  # line start -> [known words, of them capitalized]
         for m in words:
             word = m.group()
@@ -126,6 +130,8 @@ class UnknownWordDetector:
                 counts = known_on_line.setdefault(text.rfind("\n", 0, m.start()) + 1, [0, 0])
                 counts[0] += 1
                 counts[1] += word[0].isupper()
+                if _proper_shape(word, upper_text) and _named(text, m.start(), word):
+                    named_words.append(Span(m.start(), m.start() + len(word), NAME, self.name, IN_CONTEXT))
                 continue
             candidates.append((m.start(), m.start() + len(word), _proper_shape(word, upper_text)))
         title_lines = {line for line, (n, caps) in known_on_line.items() if n >= 2 and caps > TITLE_CASE_SHARE * n}
@@ -145,7 +151,7 @@ class UnknownWordDetector:
                 continue
             category = PLACE if place and not named else NAME
             spans.append(Span(start, end, category, self.name, IN_CONTEXT if context else ALONE))
-        return _joined(text, spans) + self._list_mates(text, candidates, listed)
+        return _joined(text, spans) + self._list_mates(text, candidates, listed) + named_words
 
     @staticmethod
     def _rare(word: str) -> bool:
@@ -182,6 +188,13 @@ class UnknownWordDetector:
     def _mate_before(self, text: str, start: int) -> tuple[int, int] | None:
         m = _CAPITALIZED_BEFORE.search(text, max(0, start - 40), start)
         return (m.start(), m.start() + len(m.group(1))) if m and not vocabulary().is_word(m.group(1).lower()) else None
+
+
+def _named(text: str, start: int, word: str) -> bool:
+    """A common word that the text names as a name ("my name is Frank", "named him Hope"), if it is not clinical."""
+    low = word.lower()
+    return (bool(_NAMING_CUE.search(text, max(0, start - 24), start))
+            and not (vocabulary().is_word(low) or low in drug_words() or low in lookalikes().alone))
 
 
 def _adjacent(text: str, a: tuple[int, int], b: tuple[int, int]) -> bool:
