@@ -17,6 +17,10 @@ Metrics (all micro-averaged over the whole set):
 - `strict_precision`, `strict_recall`, `strict_f1`: a prediction is a true positive only when
   start, end and category all equal a gold span's (one-to-one: duplicates match once).
 - `per_category[CAT]["recall"]`: `span_recall` restricted to gold spans of category CAT.
+- `per_form[CAT][FORM]["recall"]`: the same restricted to the gold NAME and GEOGRAPHIC_LOCATION spans
+  of a form (`FORMS`), read from the gold text: `single-token` (one part), `multi-part` (parts joined by
+  spaces, hyphens or apostrophes), `lowercase` (letters, none upper case), `all-caps` (two or more
+  letters, none lower case) and `non-ascii` (a letter outside ASCII). A span can have several forms.
 
 Characters are counted on the union of spans, so overlapping predictions (or overlapping gold
 spans) never count a character twice.
@@ -34,6 +38,11 @@ interpolation between order statistics) are reported.  Resamples in which a metr
 zero (for instance a resample that happens to contain no hard negatives) are left out of that
 metric's interval rather than filled in with the convention value; when the whole set has a zero
 denominator the interval is `[value, value]`.  With `resamples=0` every `ci95` is None.
+
+`cluster=FIELD` resamples groups instead of documents: the records sharing a value of FIELD (the
+general PII set's `template`) are drawn together, since lines written from one template are not
+independent and a bootstrap over lines would give too narrow an interval. Every record must then
+have FIELD (a string or a number).
 """
 from __future__ import annotations
 
@@ -42,17 +51,18 @@ import json
 import math
 import os
 import random
+import re
 from typing import Any, Iterable, Mapping, Sequence
 
 from .spans import CATEGORIES
 
-__all__ = ["evaluate", "compare", "format_table", "format_comparison", "load_jsonl", "METRICS"]
+__all__ = ["evaluate", "compare", "format_table", "format_comparison", "load_jsonl", "METRICS", "FORMS"]
 
 # Columns of the per-document count rows.
 _GOLD, _GOLD_HIT, _PRED, _PRED_HIT = 0, 1, 2, 3
 _GOLD_CHARS, _GOLD_CHARS_COV, _OTHER_CHARS, _OTHER_CHARS_COV = 4, 5, 6, 7
-_HARD_NEG, _HARD_NEG_FLAGGED, _STRICT_TP = 8, 9, 10
-_N_BASE = 11
+_HARD_NEG, _HARD_NEG_FLAGGED, _STRICT_TP, _DOCS = 8, 9, 10, 11
+_N_BASE = 12
 
 # name -> (numerator column, denominator column, value when the denominator is zero)
 _RATIO_METRICS: dict[str, tuple[int, int, float]] = {
@@ -76,6 +86,30 @@ METRICS = (
     "strict_recall",
     "strict_f1",
 )
+
+
+#: Forms a gold span of these categories is also counted under (`per_form`), in report order.
+FORMS = ("single-token", "multi-part", "lowercase", "all-caps", "non-ascii")
+_FORM_CATEGORIES = ("NAME", "GEOGRAPHIC_LOCATION")
+_PART_SEPARATOR = re.compile(r"[\s\-\u2010\u2011'\u2019]+")
+
+
+def span_forms(value: str) -> list[str]:
+    """The forms (`FORMS`) of one gold value, e.g. `["multi-part", "non-ascii"]` for "Nguyễn Văn An"."""
+    parts = [p for p in _PART_SEPARATOR.split(value.strip()) if p]
+    letters = [c for c in value if c.isalpha()]
+    forms = ["single-token" if len(parts) <= 1 else "multi-part"]
+    if letters and not any(c.isupper() for c in letters):
+        forms.append("lowercase")
+    if len(letters) > 1 and not any(c.islower() for c in letters):
+        forms.append("all-caps")
+    if any(ord(c) > 127 for c in letters):
+        forms.append("non-ascii")
+    return forms
+
+
+def _form_key(category: str, form: str) -> str:
+    return f"{category}/{form}"
 
 
 # --------------------------------------------------------------------------- validation
@@ -150,7 +184,7 @@ def _intersection_length(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> 
 
 
 def _doc_row(
-    text_len: int,
+    text: str,
     gold: list[tuple[int, int, str]],
     pred: list[tuple[int, int, str]],
     cat_index: Mapping[str, int],
@@ -160,15 +194,21 @@ def _doc_row(
     gold_starts = [s for s, _ in gold_u]
     pred_starts = [s for s, _ in pred_u]
 
+    text_len = len(text)
     row = [0] * (_N_BASE + 2 * len(cat_index))
+    row[_DOCS] = 1
     row[_GOLD] = len(gold)
     row[_PRED] = len(pred)
     for s, e, cat in gold:
-        c = _N_BASE + 2 * cat_index[cat]
-        row[c] += 1
-        if _overlaps(s, e, pred_u, pred_starts):
-            row[_GOLD_HIT] += 1
-            row[c + 1] += 1
+        hit = _overlaps(s, e, pred_u, pred_starts)
+        row[_GOLD_HIT] += hit
+        keys = [cat]
+        if cat in _FORM_CATEGORIES:
+            keys += [_form_key(cat, f) for f in span_forms(text[s:e])]
+        for key in keys:
+            c = _N_BASE + 2 * cat_index[key]
+            row[c] += 1
+            row[c + 1] += hit
     row[_PRED_HIT] = sum(1 for s, e, _ in pred if _overlaps(s, e, gold_u, gold_starts))
 
     gold_chars = _length(gold_u)
@@ -228,12 +268,15 @@ def evaluate(
     *,
     resamples: int = 1000,
     seed: int = 0,
+    cluster: str | None = None,
 ) -> dict:
     """Score `predicted` spans against `gold` records; see the module docstring for definitions.
 
     Returns a JSON-serialisable dict: one `{"value", "ci95"}` entry per name in `METRICS`,
     `per_category` (gold categories only: `{"gold", "missed", "recall": {"value", "ci95"}}`),
-    `counts` and `bootstrap` (resamples, seed, method).
+    `per_form` (`{CAT: {FORM: {"gold", "missed", "recall"}}}`, forms that occur only),
+    `counts` and `bootstrap` (resamples, seed, method, cluster and how many clusters).
+    `cluster`: resample the groups of records sharing that field's value instead of records.
     Raises ValueError on malformed input: no documents, a record without a string `id`/`text` or a
     `spans` list, duplicate ids, predictions for an id not in `gold`, or a span whose offsets are
     not integers with `0 <= start < end <= len(text)`.  Messages never quote document text.
@@ -241,8 +284,25 @@ def evaluate(
     if not _is_int(resamples) or resamples < 0:
         raise ValueError("resamples must be a non-negative integer")
     rows, cats = _count_rows(gold, predicted)
+    return _summarize(_clustered(rows, gold, cluster), cats, resamples, seed, cluster)
 
-    return _summarize(rows, cats, resamples, seed)
+
+def _clustered(rows: list[tuple[int, ...]], gold: Sequence[Mapping[str, Any]],
+               cluster: str | None) -> list[tuple[int, ...]]:
+    """The rows to resample: one per document, or the summed rows of each value of `cluster`."""
+    if cluster is None:
+        return rows
+    groups: dict[str, list[int]] = {}
+    for n, (row, rec) in enumerate(zip(rows, gold)):
+        value = rec.get(cluster)
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise ValueError(f"gold record #{n + 1} has no string or number {cluster!r} to cluster on")
+        key = str(value)
+        if key in groups:
+            groups[key] = [a + b for a, b in zip(groups[key], row)]
+        else:
+            groups[key] = list(row)
+    return [tuple(g) for g in groups.values()]
 
 
 def _count_rows(
@@ -270,7 +330,7 @@ def _count_rows(
             raise ValueError(f"document {doc_id!r}: gold record has no 'spans' list")
         g = _spans_of(doc_id, len(text), rec["spans"], "gold")
         p = _spans_of(doc_id, len(text), predicted.get(doc_id, []), "predicted")
-        docs.append((len(text), g, p))
+        docs.append((text, g, p))
     unknown = sorted(k for k in predicted if k not in seen)
     if unknown:
         shown = ", ".join(repr(k) for k in unknown[:5])
@@ -279,12 +339,16 @@ def _count_rows(
 
     gold_cats = {cat for _, g, _ in docs for _, _, cat in g}
     cats = [c for c in CATEGORIES if c in gold_cats] + sorted(gold_cats - set(CATEGORIES))
+    found_forms = {_form_key(cat, f) for text, g, _ in docs for s, e, cat in g
+                   if cat in _FORM_CATEGORIES for f in span_forms(text[s:e])}
+    cats += [_form_key(c, f) for c in _FORM_CATEGORIES for f in FORMS if _form_key(c, f) in found_forms]
     cat_index = {c: k for k, c in enumerate(cats)}
 
-    return [tuple(_doc_row(tl, g, p, cat_index)) for tl, g, p in docs], cats
+    return [tuple(_doc_row(text, g, p, cat_index)) for text, g, p in docs], cats
 
 
-def _summarize(rows: list[tuple[int, ...]], cats: list[str], resamples: int, seed: int) -> dict:
+def _summarize(rows: list[tuple[int, ...]], cats: list[str], resamples: int, seed: int,
+               cluster: str | None) -> dict:
     totals = [sum(col) for col in zip(*rows)]
     names = list(METRICS) + [f"category:{c}" for c in cats]
     empty_values = [v for _, _, v in _RATIO_METRICS.values()] + [1.0] + [1.0] * len(cats)
@@ -318,17 +382,20 @@ def _summarize(rows: list[tuple[int, ...]], cats: list[str], resamples: int, see
         return {"value": value, "ci95": ci}
 
     result: dict[str, Any] = {name: entry(k) for k, name in enumerate(METRICS)}
-    per_category = {}
+    per_category: dict[str, dict] = {}
+    per_form: dict[str, dict[str, dict]] = {}
     for k, c in enumerate(cats):
         col = _N_BASE + 2 * k
-        per_category[c] = {
-            "gold": totals[col],
-            "missed": totals[col] - totals[col + 1],
-            "recall": entry(len(METRICS) + k),
-        }
+        info = {"gold": totals[col], "missed": totals[col] - totals[col + 1], "recall": entry(len(METRICS) + k)}
+        category, _, form = c.partition("/")
+        if form:
+            per_form.setdefault(category, {})[form] = info
+        else:
+            per_category[c] = info
     result["per_category"] = per_category
+    result["per_form"] = per_form
     result["counts"] = {
-        "documents": len(rows),
+        "documents": totals[_DOCS],
         "hard_negatives": totals[_HARD_NEG],
         "hard_negatives_with_predictions": totals[_HARD_NEG_FLAGGED],
         "gold_spans": totals[_GOLD],
@@ -344,9 +411,21 @@ def _summarize(rows: list[tuple[int, ...]], cats: list[str], resamples: int, see
     result["bootstrap"] = {
         "resamples": resamples,
         "seed": seed,
-        "method": "percentile bootstrap over documents, 95%",
+        "method": _method("percentile bootstrap", cluster),
+        "cluster": cluster,
+        "units": len(rows),
     }
     return result
+
+
+def _units(boot: Mapping[str, Any]) -> str:
+    method = str(boot.get("method", "")).removesuffix(", 95%")
+    return f"{method} ({boot['units']})" if boot.get("cluster") else method
+
+
+def _method(kind: str, cluster: str | None) -> str:
+    unit = f"clusters of records sharing {cluster!r}" if cluster else "documents"
+    return f"{kind} over {unit}, 95%"
 
 
 _LABELS = {
@@ -377,9 +456,13 @@ def format_table(result: Mapping[str, Any]) -> str:
     cat_lines = [
         (f"  {cat} (n={info['gold']})", *_fmt_entry(info["recall"])) for cat, info in per_cat.items()
     ]
-    w0 = max(len(r[0]) for r in lines + cat_lines)
-    w1 = max(len(r[1]) for r in lines + cat_lines)
-    w2 = max(len(r[2]) for r in lines + cat_lines)
+    form_lines = [
+        (f"  {cat} {form} (n={info['gold']})", *_fmt_entry(info["recall"]))
+        for cat, forms in (result.get("per_form") or {}).items() for form, info in forms.items()
+    ]
+    w0 = max(len(r[0]) for r in lines + cat_lines + form_lines)
+    w1 = max(len(r[1]) for r in lines + cat_lines + form_lines)
+    w2 = max(len(r[2]) for r in lines + cat_lines + form_lines)
 
     def fmt(r: tuple[str, str, str]) -> str:
         return f"{r[0]:<{w0}}  {r[1]:>{w1}}  {r[2]:<{w2}}".rstrip()
@@ -388,6 +471,8 @@ def format_table(result: Mapping[str, Any]) -> str:
     out = [fmt(lines[0]), rule] + [fmt(r) for r in lines[1:]]
     if cat_lines:
         out += ["", fmt(("Recall by category", "", "")), rule] + [fmt(r) for r in cat_lines]
+    if form_lines:
+        out += ["", fmt(("Recall by form", "", "")), rule] + [fmt(r) for r in form_lines]
     counts = result.get("counts") or {}
     if counts:
         out += ["", "Counts", rule]
@@ -395,8 +480,7 @@ def format_table(result: Mapping[str, Any]) -> str:
         out += [f"{k.replace('_', ' '):<{wc}}  {v}" for k, v in counts.items()]
     boot = result.get("bootstrap") or {}
     if boot:
-        out += ["", f"95% CI: percentile bootstrap over documents, "
-                    f"{boot.get('resamples')} resamples, seed {boot.get('seed')}"]
+        out += ["", f"95% CI: {_units(boot)}, {boot.get('resamples')} resamples, seed {boot.get('seed')}"]
     return "\n".join(out) + "\n"
 
 
@@ -442,18 +526,21 @@ def compare(
     *,
     resamples: int = 1000,
     seed: int = 0,
+    cluster: str | None = None,
 ) -> dict:
     """Paired comparison of two span sets on the same documents: `predicted` minus `other`.
 
     Each bootstrap resample picks the same documents for both, so the 95% interval is that of the
     difference, not two separate intervals. Returns `{"difference": {metric: {"value", "ci95"}},
-    "per_category": {cat: {"value", "ci95"}}, "bootstrap"}`; resamples where either side's metric
+    "per_category": {cat: {"value", "ci95"}}, "per_form": {cat: {form: {"value", "ci95"}}}, "bootstrap"}`
+    (recall differences; `cluster` as in `evaluate`); resamples where either side's metric
     has a zero denominator are left out of that metric's interval. Counts and rates only.
     """
     if not _is_int(resamples) or resamples < 0:
         raise ValueError("resamples must be a non-negative integer")
     rows_a, cats = _count_rows(gold, predicted)
     rows_b, _ = _count_rows(gold, other)
+    rows_a, rows_b = _clustered(rows_a, gold, cluster), _clustered(rows_b, gold, cluster)
     n_cats = len(cats)
     point = [a - b for a, b in zip(_point([sum(c) for c in zip(*rows_a)], n_cats),
                                    _point([sum(c) for c in zip(*rows_b)], n_cats))]
@@ -475,11 +562,20 @@ def compare(
         s = sorted(samples[k]) or [point[k]]
         return {"value": point[k], "ci95": [_percentile(s, 0.025), _percentile(s, 0.975)]}
 
+    per_category: dict[str, dict] = {}
+    per_form: dict[str, dict[str, dict]] = {}
+    for k, c in enumerate(cats):
+        category, _, form = c.partition("/")
+        if form:
+            per_form.setdefault(category, {})[form] = entry(len(METRICS) + k)
+        else:
+            per_category[c] = entry(len(METRICS) + k)
     return {
         "difference": {name: entry(k) for k, name in enumerate(METRICS)},
-        "per_category": {c: entry(len(METRICS) + k) for k, c in enumerate(cats)},
-        "bootstrap": {"resamples": resamples, "seed": seed,
-                      "method": "paired percentile bootstrap over documents, 95%"},
+        "per_category": per_category,
+        "per_form": per_form,
+        "bootstrap": {"resamples": resamples, "seed": seed, "cluster": cluster, "units": len(rows_a),
+                      "method": _method("paired percentile bootstrap", cluster)},
     }
 
 
@@ -488,11 +584,13 @@ def format_comparison(result: Mapping[str, Any], name: str, other: str) -> str:
     rows = [(f"Metric ({name} - {other})", "Diff", "95% CI")]
     rows += [(_LABELS.get(m, m), *_fmt_signed(e)) for m, e in result["difference"].items()]
     rows += [(f"  recall {c}", *_fmt_signed(e)) for c, e in result["per_category"].items()]
+    rows += [(f"  recall {c} {form}", *_fmt_signed(e))
+             for c, forms in result.get("per_form", {}).items() for form, e in forms.items()]
     w0, w1 = max(len(r[0]) for r in rows), max(len(r[1]) for r in rows)
     out = [f"{r[0]:<{w0}}  {r[1]:>{w1}}  {r[2]}".rstrip() for r in rows]
     out.insert(1, "-" * (w0 + w1 + 24))
     boot = result["bootstrap"]
-    out.append(f"\n95% CI: paired percentile bootstrap over documents, {boot['resamples']} resamples, seed {boot['seed']}")
+    out.append(f"\n95% CI: {_units(boot)}, {boot['resamples']} resamples, seed {boot['seed']}")
     return "\n".join(out) + "\n"
 
 

@@ -1,6 +1,7 @@
-"""The second opinion: a span filter in which the LLM may veto clinical-NER spans that nothing else reported.
+"""The second opinion: a span filter in which the LLM may veto clinical-NER (and unknown-word) spans that nothing else
+reported.
 
-Only an `ner` span may be vetoed, and only when no known-identifier, pattern or LLM span overlaps it and it
+Only an `ner` or `unknown-words` span may be vetoed, and only when no known-identifier, pattern or LLM span overlaps it and it
 is not a location or organization (GEOGRAPHIC_LOCATION, or a facility name whatever its type). The model
 sees the span marked in its own window of context and vetoes it only by answering NOT_PHI; PHI and UNSURE
 keep it. An unusable answer is asked once more; a second one, or any request failure, raises DetectorError.
@@ -16,7 +17,7 @@ from text_deid.spans import DetectorError, Span
 from text_deid.validation import FACILITY_RE
 
 NAME = "second-opinion"
-VETOABLE_DETECTORS = frozenset({"ner"})
+VETOABLE_DETECTORS = frozenset({"ner", "unknown-words"})  # the recall layer's candidates are reviewed too
 CONFIRMING_DETECTORS = frozenset({"known", "patterns", "llm"})  # a span any of these reported is never vetoed
 NEVER_VETOED = frozenset({"GEOGRAPHIC_LOCATION"})  # locations, and organizations (hospitals, employers)
 CONTEXT_CHARS = 1000  # each side of the candidate

@@ -12,12 +12,15 @@ from typing import Callable, Sequence
 
 from text_deid import budget, merge, safe_harbor
 from text_deid.clinical.values import drop_clinical_values
+from text_deid.name_parts import join_name_parts
 from text_deid.detectors import Detector
+from text_deid.detectors.addresses import AddressDetector
 from text_deid.detectors.gazetteer import GazetteerDetector
 from text_deid.detectors.known_identifiers import KnownIdentifierDetector
 from text_deid.detectors.llm import LlmDetector, LlmSettings, LlmUnavailable
 from text_deid.detectors.ner import NerDetector, NerSettings, NerUnavailable
 from text_deid.detectors.patterns import PatternDetector
+from text_deid.detectors.unknown_words import UnknownWordDetector
 from text_deid.second_opinion import SecondOpinion
 from text_deid.spans import DetectorError, KnownIdentifier, Span
 from text_deid.validation import validate
@@ -39,12 +42,24 @@ def _gazetteer() -> Detector:
     return GazetteerDetector()
 
 
+def _addresses() -> Detector:
+    return AddressDetector()
+
+
+def _unknown_words(in_context_only: bool) -> Callable[[], Detector]:
+    return lambda: UnknownWordDetector(in_context_only)
+
+
 def _validation() -> SpanFilter:
     return validate
 
 
 def _clinical_values() -> SpanFilter:
     return drop_clinical_values
+
+
+def _name_parts() -> SpanFilter:
+    return join_name_parts
 
 
 def _ner(settings: NerSettings) -> Detector:
@@ -71,11 +86,13 @@ def _second_opinion(settings: LlmSettings) -> SpanFilter:
 
 # Detector name → factory. Later layers register here.
 DETECTORS: dict[str, Callable[..., Detector]] = {"known": _known, "patterns": _patterns, "gazetteer": _gazetteer,
-                                                 "ner": _ner, "llm": _llm}
+                                                 "ner": _ner, "llm": _llm, "addresses": _addresses,
+                                                 "unknown-words": _unknown_words(False),
+                                                 "unknown-words-in-context": _unknown_words(True)}
 
 # Filter name → factory of a span filter, applied in order before the union merge.
 FILTERS: dict[str, Callable[..., SpanFilter]] = {"clinical-values": _clinical_values, "validation": _validation,
-                                                 "second-opinion": _second_opinion}
+                                                 "second-opinion": _second_opinion, "name-parts": _name_parts}
 
 # Detectors and filters whose factory takes the stack's LlmSettings (the others take nothing).
 # Components whose factory takes settings → which settings (the others take none).
@@ -85,17 +102,18 @@ SETTINGS_OF = {"llm": "llm", "second-opinion": "llm", "ner": "ner"}
 STACKS: dict[str, tuple[str, ...]] = {
     "patterns": ("known", "patterns"),
     "ner-only": ("known", "patterns", "ner"),  # for measurement: what the NER adds to patterns
-    "no-llm": ("known", "patterns", "gazetteer", "ner"),
-    "precision-first": ("known", "patterns", "llm"),
-    "recall-first": ("known", "patterns", "ner", "llm"),
-    "balanced": ("known", "patterns", "ner", "llm"),  # + the second-opinion filter
+    "no-llm": ("known", "patterns", "addresses", "gazetteer", "ner", "unknown-words-in-context"),
+    "precision-first": ("known", "patterns", "addresses", "llm"),
+    "recall-first": ("known", "patterns", "addresses", "ner", "llm", "unknown-words"),
+    "balanced": ("known", "patterns", "addresses", "ner", "llm", "unknown-words"),  # + the second opinion
     "gazetteer": ("known", "patterns", "gazetteer"),  # the no-llm stack without NER, for ablations
 }
-# Stack name → filters run on its spans before the merge, in order. Every stack drops clinical values first.
-STACK_FILTERS: dict[str, tuple[str, ...]] = {name: ("clinical-values",) for name in STACKS}
-STACK_FILTERS.update({name: ("clinical-values", "validation")
+# Stack name → filters run on its spans before the merge, in order. Every stack drops clinical values first and
+# joins name parts last.
+STACK_FILTERS: dict[str, tuple[str, ...]] = {name: ("clinical-values", "name-parts") for name in STACKS}
+STACK_FILTERS.update({name: ("clinical-values", "validation", "name-parts")
                       for name in ("no-llm", "recall-first", "gazetteer", "ner-only")})
-STACK_FILTERS["balanced"] = ("clinical-values", "second-opinion", "validation")  # the veto sees the spans untrimmed
+STACK_FILTERS["balanced"] = ("clinical-values", "second-opinion", "validation", "name-parts")  # the veto sees spans untrimmed
 DEFAULT_STACK = "no-llm"  # ../shared/DESIGN.md: the default when no LLM is configured
 DETECTOR_TIMEOUT_S = 300.0
 

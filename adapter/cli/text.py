@@ -119,6 +119,9 @@ def eval_(gold: Path = typer.Argument(..., help="Gold JSONL: {id, text, spans:[{
           stack: Optional[str] = StackOpt, as_json: bool = typer.Option(False, "--json"),
           compare: Optional[str] = typer.Option(None, "--compare", metavar="OTHER",
                                                 help="Second stack: paired differences (STACK - OTHER) on the same resamples."),
+          cluster: Optional[str] = typer.Option(None, "--cluster", metavar="FIELD",
+                                                help="Bootstrap over groups of lines sharing this field's value "
+                                                     "(e.g. template), not over lines."),
           llm_url: Optional[str] = LlmUrl, llm_model: Optional[str] = LlmModel) -> None:
     """Span recall and precision, character recall, over-redaction and strict F1, with 95% bootstrap intervals.
     Prints counts and rates only, never note text."""
@@ -134,11 +137,12 @@ def eval_(gold: Path = typer.Argument(..., help="Gold JSONL: {id, text, spans:[{
 
     predicted = predictions(text_stack)
     try:
-        result = evaluation.evaluate(records, predicted)
+        result = evaluation.evaluate(records, predicted, cluster=cluster)
         if compare:
             other = predictions(_text_stack(compare, llm))
-            result = {"stack": name, "compare": compare, name: result, compare: evaluation.evaluate(records, other),
-                      "paired": evaluation.compare(records, predicted, other)}
+            result = {"stack": name, "compare": compare, name: result,
+                      compare: evaluation.evaluate(records, other, cluster=cluster),
+                      "paired": evaluation.compare(records, predicted, other, cluster=cluster)}
     except ValueError as e:
         fail(f"{gold}: {e}")
     if not compare:

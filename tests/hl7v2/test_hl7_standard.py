@@ -343,3 +343,12 @@ def test_the_guard_sets_aside_the_dates_a_rule_wrote_when_it_reads_a_segment_who
                 found[bool(written)] += not clean or bool(dates_with_time(strings, days))
             checked += 1
     assert checked > 10 and found[False] == checked and found[True] < found[False]
+
+
+def test_context_only_names_in_a_z_segment_are_masked_by_the_default_stack(test_key):
+    """#32: a neighbour named only in the note, a place no list holds, both halves of the patient's double surname."""
+    deid = HL7Deidentifier(load_hl7_profile("safe-harbor"), Pseudonymizer(test_key), build_stack("no-llm"),
+                           lambda: FIXED_TODAY)
+    note = "Visited by her neighbour Søndergaard; daughter Donna Quixote-Reyes called from Tromsø."
+    out = deid.deidentify(msg("2.5.1", "ZPI|1|" + note))
+    assert field(out, "ZPI", 2) == "Visited by her neighbour [NAME]; daughter [NAME] called from [GEOGRAPHIC_LOCATION]."

@@ -9,7 +9,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from text_deid.evaluation import METRICS, _percentile, evaluate, format_table, load_jsonl
+from text_deid.evaluation import (
+    METRICS,
+    _percentile,
+    compare,
+    evaluate,
+    format_comparison,
+    format_table,
+    load_jsonl,
+    span_forms,
+)
 
 
 def doc(doc_id, length, *spans):
@@ -498,3 +507,80 @@ def test_metrics_match_brute_force_and_stay_in_range(data):
         v, (lo, hi) = r[m]["value"], r[m]["ci95"]
         assert 0.0 <= v <= 1.0 and 0.0 <= lo <= hi <= 1.0
         assert not math.isnan(v)
+
+
+# --------------------------------------------------------------------------- forms and clusters
+
+
+@pytest.mark.parametrize("value, forms", [
+    ("Rubija", ["single-token"]),
+    ("Okonkwo Adebayo", ["multi-part"]),
+    ("Garcia-Reyes", ["multi-part"]),
+    ("O'Brien", ["multi-part"]),
+    ("maría", ["single-token", "lowercase", "non-ascii"]),
+    ("SØNDERBORG", ["single-token", "all-caps", "non-ascii"]),
+    ("Nguyễn Văn An", ["multi-part", "non-ascii"]),
+])
+def test_span_forms(value, forms):
+    assert span_forms(value) == forms
+
+
+def test_recall_per_form_reads_the_gold_text():
+    text = "maría met Okonkwo Adebayo in OSLO"
+    gold = [{"id": "a", "text": text, "spans": [
+        sp(0, 5, "NAME"), sp(10, 25, "NAME"), sp(29, 33, "GEOGRAPHIC_LOCATION")]}]
+    r = ev(gold, {"a": [sp(10, 17, "NAME")]})  # only the multi-part name is (partly) found
+    names = r["per_form"]["NAME"]
+    assert {f: (i["gold"], i["missed"]) for f, i in names.items()} == {
+        "single-token": (1, 1), "multi-part": (1, 0), "lowercase": (1, 1), "non-ascii": (1, 1)}
+    assert names["multi-part"]["recall"]["value"] == 1.0
+    assert r["per_form"]["GEOGRAPHIC_LOCATION"]["all-caps"]["recall"]["value"] == 0.0
+    assert "Recall by form" in format_table(r) and "NAME lowercase (n=1)" in format_table(r)
+
+
+def _templated(n_templates=6, per_template=5, seed=3):
+    rng = random.Random(seed)
+    gold, pred = [], {}
+    for t in range(n_templates):
+        found = rng.random() < 0.5  # one template's lines are all found or all missed
+        for k in range(per_template):
+            doc_id = f"t{t}-{k}"
+            gold.append({"id": doc_id, "template": str(t), "text": "x" * 20, "spans": [sp(2, 6)]})
+            pred[doc_id] = [sp(2, 6)] if found else []
+    return gold, pred
+
+
+def test_cluster_bootstrap_resamples_groups_of_records():
+    """Each resample equals evaluating whole templates drawn with replacement, from scratch."""
+    gold, pred = _templated()
+    r = evaluate(gold, pred, resamples=200, seed=4, cluster="template")
+    templates = sorted({g["template"] for g in gold})
+    rng = random.Random(4)
+    samples = []
+    for _ in range(200):
+        picked = rng.choices(templates, k=len(templates))
+        docs = [g for t in picked for g in gold if g["template"] == t]
+        samples.append(sum(bool(pred[g["id"]]) for g in docs) / len(docs))
+    s = sorted(samples)
+    assert r["span_recall"]["ci95"] == pytest.approx([_percentile(s, 0.025), _percentile(s, 0.975)])
+    assert r["bootstrap"]["cluster"] == "template" and r["bootstrap"]["units"] == 6
+    assert r["counts"]["documents"] == 30
+    # lines of one template move together: the interval over lines is narrower than over templates
+    by_line = evaluate(gold, pred, resamples=200, seed=4)["span_recall"]["ci95"]
+    assert by_line[1] - by_line[0] < r["span_recall"]["ci95"][1] - r["span_recall"]["ci95"][0]
+
+
+def test_cluster_comparison_is_paired_over_groups():
+    gold, pred = _templated()
+    c = compare(gold, pred, {}, resamples=100, cluster="template")
+    assert c["difference"]["span_recall"]["value"] == evaluate(gold, pred, resamples=0)["span_recall"]["value"]
+    assert c["bootstrap"]["units"] == 6 and "template" in c["bootstrap"]["method"]
+    assert "NAME single-token" in format_comparison(c, "a", "b")
+
+
+def test_cluster_field_missing_is_an_error_without_text():
+    gold, pred = _templated()
+    del gold[3]["template"]
+    with pytest.raises(ValueError, match="#4 has no string or number 'template'") as e:
+        evaluate(gold, pred, cluster="template")
+    assert "xxxx" not in str(e.value)

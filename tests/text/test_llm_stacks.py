@@ -68,10 +68,10 @@ def covered(text: str, spans) -> list[str]:
 
 
 def test_the_llm_stacks_are_data():
-    assert STACKS["precision-first"] == ("known", "patterns", "llm")
-    assert STACKS["recall-first"] == ("known", "patterns", "ner", "llm")
+    assert STACKS["precision-first"] == ("known", "patterns", "addresses", "llm")
+    assert STACKS["recall-first"] == ("known", "patterns", "addresses", "ner", "llm", "unknown-words")
     assert STACKS["balanced"] == STACKS["recall-first"]
-    assert STACK_FILTERS["balanced"] == ("clinical-values", "second-opinion", "validation")
+    assert STACK_FILTERS["balanced"] == ("clinical-values", "second-opinion", "validation", "name-parts")
 
 
 def test_the_second_opinion_may_veto_only_an_ner_span_nothing_else_reported(ollama):
@@ -114,7 +114,8 @@ def test_balanced_vetoes_what_recall_first_keeps(ollama):
     assert {"Quillan Zyxwortel", "503-555-0187", "Osei", "Brimwood", "Hollis Creek Clinic"} <= set(balanced)
     vetoed = {q.split("\n")[1] for q in second_opinion_questions(ollama)}
     assert vetoed == {"Candidate: Parkinson", "Candidate: Danika"}
-    assert balanced_stack.filters[1].counts == {"asked": 2, "vetoed": 2}
+    # Danika twice: the NER's span and the unknown-word layer's
+    assert balanced_stack.filters[1].counts == {"asked": 3, "vetoed": 3}
 
 
 def test_precision_first_unions_known_patterns_and_llm_spans(ollama):

@@ -15,7 +15,7 @@ def stack():
 
 
 def test_stacks_with_list_or_model_detectors_are_validated():
-    assert STACK_FILTERS["no-llm"] == STACK_FILTERS["gazetteer"] == ("clinical-values", "validation")
+    assert STACK_FILTERS["no-llm"] == STACK_FILTERS["gazetteer"] == ("clinical-values", "validation", "name-parts")
     assert "validation" not in STACK_FILTERS["patterns"]
 
 

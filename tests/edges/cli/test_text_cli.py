@@ -61,3 +61,17 @@ def test_eval_on_the_tuning_half_prints_metrics_with_intervals(tmp_path):
         lo, hi = result[metric]["ci95"]
         assert 0 <= lo <= result[metric]["value"] <= hi <= 1
     assert result["per_category"]["DATE"]["recall"]["value"] > 0.9
+
+
+def test_eval_clusters_by_a_field_and_reports_forms(tmp_path):
+    gold = tmp_path / "gold.jsonl"
+    notes = [{"id": f"g{k}", "template": str(k % 3), "text": f"My name is {name}, I live in Oslo.",
+              "spans": [{"start": 11, "end": 11 + len(name), "category": "NAME"}]}
+             for k, name in enumerate(["Zyxwortel", "maría ødegård", "Quillan Brask", "Ana", "Bo", "Kim"])]
+    gold.write_text("".join(json.dumps(n) + "\n" for n in notes))
+    result = json.loads(run_cli("eval", str(gold), "--cluster", "template", "--json", check=True).stdout)
+    assert result["bootstrap"]["cluster"] == "template" and result["bootstrap"]["units"] == 3
+    assert result["per_form"]["NAME"]["lowercase"]["gold"] == 1
+    assert result["per_form"]["NAME"]["single-token"]["gold"] == 4
+    proc = run_cli("eval", str(gold), "--cluster", "nosuchfield")
+    assert proc.returncode == 2 and "nosuchfield" in proc.stderr and "Zyxwortel" not in proc.stderr
