@@ -3,7 +3,7 @@
 * Medical look-alikes (`data/medical_lookalikes.txt`): a gazetteer or NER span that is only an eponym,
   drug or device ("Parkinson", "Foley", "Lasix"), or lies inside a clinical phrase ("Wells score",
   "New York Heart Association"), is dropped unless the text gives it name context ("Dr. Parkinson").
-* Clinical terms (`clinical_terms.py`, the clinical vocabulary under `mappings/data/`): a name or place span
+* Clinical terms (`clinical/terms.py`, the clinical vocabulary under `mappings/data/`): a name or place span
   that is a clinical word ("Hemoglobin", "Cardiology") or an eponym or place before a clinical head word
   ("Lynch syndrome", "Glasgow Coma Scale") is dropped unless the text marks a person or place ("Dr.",
   "lives in", "seen at").
@@ -25,7 +25,7 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
-from text_deid.clinical_terms import is_clinical_term, marks_person_or_place
+from text_deid.clinical.terms import is_clinical_term, marks_person_or_place
 from text_deid.detectors.gazetteer import SOURCE_AFTER_RE, SOURCE_CUE_RE
 from text_deid.spans import Span
 

@@ -4,7 +4,7 @@ import gzip
 
 import pytest
 
-from text_deid.clinical_terms import VOCABULARY, is_clinical_term, vocabulary
+from text_deid.clinical.terms import VOCABULARY, is_clinical_term, vocabulary
 from text_deid.detectors.known_identifiers import KnownIdentifierDetector
 from text_deid.spans import KnownIdentifier, Span
 from text_deid.stack import TextStack, build_stack

@@ -163,14 +163,14 @@ def test_the_environment_names_the_endpoint_for_every_command(ollama, tmp_path, 
     notes = write_jsonl(tmp_path / "in.jsonl", [{"id": "a", "text": NOTE}])
     result = CliRunner().invoke(app, ["text", "detect", "--stack", "precision-first", "--in", str(notes)])
     assert result.exit_code == 0, result.output
-    spans = json.loads(result.output)["spans"]
+    spans = json.loads(result.stdout)["spans"]
     assert {"start": NOTE.index("Osei"), "end": NOTE.index("Osei") + 4, "category": "NAME", "detector": "llm",
             "confidence": 1.0} in spans
     result = CliRunner().invoke(app, ["eval", str(write_jsonl(tmp_path / "gold.jsonl", [{"id": "a", "text": NOTE, "spans": [
         {"start": NOTE.index("Osei"), "end": NOTE.index("Osei") + 4, "category": "NAME"}]}])),
         "--stack", "precision-first", "--json"])
     assert result.exit_code == 0, result.output
-    assert json.loads(result.output)["detectors"]["llm"] == {"version": "1", "model": MODEL,
+    assert json.loads(result.stdout)["detectors"]["llm"] == {"version": "1", "model": MODEL,
                                                               "prompt_version": load().label}
     hl7 = tmp_path / "m.hl7"
     hl7.write_text("MSH|^~\\&|A|B|C|D|20240101||ORU^R01|1|P|2.5\rPID|1||123||Zyxwortel^Quillan\r"

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import mappings
 from text_deid.clinical.codes import loinc_valid, snomed_valid
-from text_deid.clinical_terms import marks_person_or_place, vocabulary
+from text_deid.clinical.terms import marks_person_or_place, vocabulary
 from text_deid.detectors.gazetteer import lexicon
 from text_deid.spans import Span
 from text_deid.validation import common_words

@@ -12,7 +12,7 @@ from typing import Iterator, Sequence
 
 import ahocorasick
 
-from text_deid.clinical_terms import vocabulary
+from text_deid.clinical.terms import vocabulary
 from text_deid.normal_form import Folded, fold, fold_value
 from text_deid.spans import KnownIdentifier, Span
 

@@ -3,7 +3,7 @@ where a name or a place stands, that is no English word, no clinical word, no dr
 NAME or GEOGRAPHIC_LOCATION candidate at a lower confidence.
 
 * **Known words**: an English word (`wordfreq`, `english_words.py`), a word of the clinical vocabulary
-  (`clinical_terms.py`) or of the medical look-alikes (eponyms, drugs, devices), a drug name
+  (`clinical/terms.py`) or of the medical look-alikes (eponyms, drugs, devices), a drug name
   (`mappings/data/drug-words.txt.gz`), an abbreviation (upper case, five letters or fewer).
 * **Context**: a name cue before the word ("Dear", "my name is", "seen with", "neighbour", "Mr.") or after it
   (", can I", "says"), a place cue before it ("lives in", "grew up in", "in", "from", "near"), or a second
@@ -23,7 +23,7 @@ from typing import Sequence
 import regex
 
 import mappings
-from text_deid.clinical_terms import vocabulary
+from text_deid.clinical.terms import vocabulary
 from text_deid.detectors.addresses import postcodes_and_countries
 from text_deid.detectors.english_words import is_english_word, zipf
 from text_deid.spans import KnownIdentifier, Span

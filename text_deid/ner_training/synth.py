@@ -30,7 +30,7 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from text_deid.clinical_terms import CURATED, vocabulary
+from text_deid.clinical.terms import CURATED, vocabulary
 
 # --------------------------------------------------------------------------------------------- data
 
