@@ -98,3 +98,20 @@ def _tiny_tokenizer():
     tok.normalizer = normalizers.BertNormalizer(strip_accents=False, lowercase=False)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     return tok
+
+
+def test_pools_do_not_depend_on_the_processes_string_hashes(tmp_path):
+    """A corpus is a function of its seed: two processes with other hash seeds draw the same values."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import hashlib, json; from text_deid.ner_training.world import world_locales; "
+            "print(hashlib.sha1(json.dumps([vars(x) for x in world_locales('heldout')]).encode()).hexdigest())")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = set()
+    for seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": root, "PYTHONWARNINGS": "ignore"}
+        out.add(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
+                               timeout=300).stdout.strip())
+    assert len(out) == 1
