@@ -65,7 +65,7 @@ def test_deterministic():
 
 def test_world_documents_leave_the_others_unchanged():
     plain = synth.generate(40, seed=4, split="train")
-    mixed = synth.generate(40, seed=4, split="train", world=25)
+    mixed = world.generate(40, seed=4, split="train", world=25)
     assert [d for d in mixed if d["genre"] != "world"] == plain
     assert sum(d["genre"] == "world" for d in mixed) == 25
 

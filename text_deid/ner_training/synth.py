@@ -977,11 +977,9 @@ def make_clinical_doc(rng: random.Random, split: str, idx: int) -> dict:
     return {"id": f"synth-{split}-clinical-{idx:06d}", "text": text, "spans": spans, "genre": "clinical"}
 
 
-def generate(n: int, seed: int, split: str = "train", world: int = 0) -> list[dict]:
+def generate(n: int, seed: int, split: str = "train") -> list[dict]:
     """`n` documents. The training split also holds n / CLINICAL_SHARE clinical hard negatives, drawn with
-    their own random stream, so the other documents (and the whole held-out split) do not change; `world`
-    more documents with the world's names and places (`world.generate_world`, its own stream too) are
-    spread evenly among them."""
+    their own random stream, so the other documents (and the whole held-out split) do not change."""
     if split not in ("train", "heldout"):
         raise ValueError("split must be 'train' or 'heldout'")
     rng = random.Random(f"{seed}:{split}")
@@ -990,13 +988,6 @@ def generate(n: int, seed: int, split: str = "train", world: int = 0) -> list[di
         crng = random.Random(f"{seed}:{split}:clinical")
         for i in range(n // CLINICAL_SHARE):
             docs.insert(i * (CLINICAL_SHARE + 1), make_clinical_doc(crng, split, i))
-    if world:
-        from text_deid.ner_training.world import generate_world
-
-        extra, total = generate_world(world, seed, split), len(docs) + world
-        slots = {round(k * total / world) for k in range(world)}
-        it_w, it_d = iter(extra), iter(docs)
-        docs = [next(it_w) if i in slots else next(it_d) for i in range(total)]
     return docs
 
 
@@ -1005,11 +996,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--split", default="heldout", choices=["train", "heldout"])
     ap.add_argument("--n", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=2)
-    ap.add_argument("--world", type=int, default=0, help="also this many documents with the world's names and places")
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
     with open(a.out, "w", encoding="utf-8") as fh:
-        for rec in generate(a.n, a.seed, a.split, a.world):
+        for rec in generate(a.n, a.seed, a.split):
             fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
 
 

@@ -30,7 +30,7 @@ import math
 import os
 import random
 import time
-from text_deid.ner_training import export, synth
+from text_deid.ner_training import export, synth, world
 
 # model entity types and the gold categories folded into each (others are "O" for the model)
 TYPE_OF_CATEGORY = {
@@ -129,7 +129,7 @@ def main(argv=None) -> None:
     ap.add_argument("--init", default=None, help="fine-tune this model (its tokenizer and weights) instead of "
                                                  "training one from scratch")
     ap.add_argument("--world", type=int, default=0, help="also this many documents with the world's names and "
-                                                         "places (synth.generate(world=...))")
+                                                         "places (world.generate(world=...))")
     ap.add_argument("--extend-vocab", type=int, default=0, help="with --init: add up to this many characters the "
                     "tokenizer cannot spell (most frequent first), as word-initial and ##-continuation tokens")
     ap.add_argument("--checkpoint-every", type=int, default=100, help="steps between checkpoints in --workdir")
@@ -148,7 +148,7 @@ def main(argv=None) -> None:
     else:
         if not synth.common_words("train"):  # without them every ordinary word looks like PHI to the model
             raise SystemExit("train: the English word list is missing; pip install '.[ner-train]'")
-        docs = synth.generate(a.n_docs, seed=1, split="train", world=a.world)
+        docs = world.generate(a.n_docs, seed=1, split="train", world=a.world)
         p = synth.pools("train")
         lists = [" ".join(p.first), " ".join(p.last[:30000]), " ".join(c for c, _ in p.cities), " ".join(p.counties),
                  " ".join(n for n, _ in p.states), " ".join(synth.DRUGS_BRAND + synth.DRUGS_GENERIC),
@@ -273,7 +273,7 @@ def main(argv=None) -> None:
     meta.update(n_docs=len(docs), n_params=n_params, n_chunks=len(data), n_tokens=n_tokens, steps=total,
                 tokenizer_s=round(t_tok, 1), train_s=round(train_s, 1), total_s=round(time.time() - t0, 1),
                 torch=torch.__version__,
-                synth=f"text_deid.ner_training.synth.generate(n_docs, seed=1, split='train', world={a.world})")
+                synth=f"text_deid.ner_training.world.generate(n_docs, seed=1, split='train', world={a.world})")
     with open(os.path.join(a.out, "training.json"), "w") as fh:
         json.dump(meta, fh, indent=1)
     export.export(a.out)  # the graph the NER detector runs (python -m text_deid.ner_training.export)

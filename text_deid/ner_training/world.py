@@ -360,3 +360,15 @@ def make_world_doc(rng: random.Random, split: str, idx: int) -> dict:
 def generate_world(n: int, seed: int, split: str = "heldout") -> list[dict]:
     rng = random.Random(f"{seed}:{split}:world")
     return [make_world_doc(rng, split, i) for i in range(n)]
+
+
+def generate(n: int, seed: int, split: str = "train", world: int = 0) -> list[dict]:
+    """`synth.generate(n, seed, split)` with `world` world documents (their own random stream) spread evenly
+    among its documents, which do not change."""
+    docs = synth.generate(n, seed, split)
+    if not world:
+        return docs
+    extra, total = generate_world(world, seed, split), len(docs) + world
+    slots = {round(k * total / world) for k in range(world)}
+    it_w, it_d = iter(extra), iter(docs)
+    return [next(it_w) if i in slots else next(it_d) for i in range(total)]
