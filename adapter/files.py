@@ -45,8 +45,22 @@ def list_inputs(root: Path) -> list[tuple[Path, Path]]:
         return [(root, Path(root.name))]
     if not root.is_dir():
         raise InputError(f"{root}: no such file or folder")
-    found = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in SUFFIXES)
+    found = sorted(p for p in root.rglob("*") if p.suffix in SUFFIXES and (p.is_file() or is_dangling(p)))
+    check_links(root, found)
     return [(p, p.relative_to(root)) for p in found]
+
+
+def is_dangling(path: Path) -> bool:
+    return path.is_symlink() and not path.exists()
+
+
+def check_links(root: Path, found: list[Path]) -> None:
+    """InputError for a link among the inputs that leads nowhere: a file meant for the run would be missing from
+    it without a word (its name is relative to the input folder, as the user gave it)."""
+    dangling = [p for p in found if is_dangling(p)]
+    if dangling:
+        raise InputError(f"{root}: {len(dangling)} link(s) lead nowhere, first {dangling[0].relative_to(root)}; "
+                         "remove or mend them")
 
 
 def check_validation_size(inputs: list[tuple[Path, Path]]) -> None:
@@ -267,3 +281,33 @@ def write_atomic(path: Path, data: bytes, root: Path | None = None) -> None:
     except BaseException:
         os.unlink(tmp)
         raise
+
+
+NAME_TOKEN = re.compile(r"[^\W_]+")  # words of a file name or a known value (Bob965, Koepp, 1484a42d)
+NAME_PART = re.compile(r"[^\W\d_]{3,}|\d{4,}")  # their letter and digit runs (Bob; 965 too short: kept apart)
+# Known values whose words name the patient in a file name: names, and identifiers as whole words (an MRN, a
+# uuid part). Addresses, URLs and telecom share common words ("visit", "clinic") with neutral file names.
+NAMING = ("NAME",)
+IDENTIFYING_WHOLE = ("MEDICAL_RECORD_NUMBER", "SOCIAL_SECURITY_NUMBER", "UNIQUE_IDENTIFIER", "ACCOUNT_NUMBER",
+                     "HEALTH_PLAN_BENEFICIARY_NUMBER")
+
+
+def _name_tokens(text: str) -> set[str]:
+    words = NAME_TOKEN.findall(text.casefold())
+    return {w for w in words if len(w) >= 3} | {p for w in words for p in NAME_PART.findall(w)}
+
+
+def private_name(target: Path, known, pseudo) -> Path:
+    """`target`, or where its file name holds a word of one of the record's people's names or an identifier
+    (Synthea's `Given_Family_uuid.json`) a keyed pseudonym of the name with the same extension: a release's file
+    names must not name its patients. The same name and key always give the same pseudonym."""
+    words = set()
+    for k in known:
+        if k.category in NAMING:
+            words |= _name_tokens(k.value)
+        elif k.category in IDENTIFYING_WHOLE and len(k.value) >= 4:
+            # with a digit: an MRN or a uuid's part, not a label such as an id's "example" or "visit"
+            words |= {w for w in NAME_TOKEN.findall(k.value.casefold()) if len(w) >= 4 and any(c.isdigit() for c in w)}
+    if not words & _name_tokens(target.stem):
+        return target
+    return target.with_name(f"record-{pseudo.token('file-name', target.name, 16)}{target.suffix}")

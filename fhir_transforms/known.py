@@ -17,6 +17,40 @@ IDENTIFIER_CATEGORY = {"SS": "SOCIAL_SECURITY_NUMBER", "MR": "MEDICAL_RECORD_NUM
 NAME_EXTENSIONS = {"http://hl7.org/fhir/StructureDefinition/patient-mothersMaidenName"}
 
 
+WORD_CATEGORIES = frozenset({"NAME", "GEOGRAPHIC_LOCATION", "DATE"})  # values that may be words or dates of anything
+
+
+def is_identifier_shaped(known: KnownIdentifier) -> bool:
+    """An MRN, SSN, phone number or id rather than a word: what no coincidence of words explains where a rule
+    kept a value by design (a surname that is also a race's display is a word; a code equal to an MRN is not)."""
+    return known.category not in WORD_CATEGORIES and any(c.isdigit() for c in known.value)
+
+
+# resources that are things, not people: their identifiers may be their names (known identifiers elsewhere)
+THING_TYPES = frozenset({"Organization", "Location", "Device", "DeviceDefinition", "HealthcareService", "Endpoint"})
+
+
+def thing_names(resources: Iterable[dict]) -> tuple[str, ...]:
+    """The names of a record's organizations, locations and devices (casefolded): Organization and Location
+    names and aliases, device names, service and endpoint names."""
+    found: set[str] = set()
+    for res in resources:
+        if not is_one_of(res.get("resourceType"), THING_TYPES):
+            continue
+        found.update(_strings(res.get("name"), res.get("alias")))
+        for named in _dicts(res.get("deviceName")):
+            found.update(_strings(named.get("name")))
+    return tuple(sorted(n.casefold() for n in found))
+
+
+def names_a_thing(value, names: tuple[str, ...]) -> bool:
+    """Whether `value` is one of `names`, or words of one (`EpicCare` of "EpicCare Ambulatory")."""
+    if not isinstance(value, str) or not value.strip() or not names:
+        return False
+    pattern = re.compile(r"(?<!\w)" + re.escape(value.strip().casefold()) + r"(?!\w)")
+    return any(pattern.search(name) for name in names)
+
+
 def identifier_category(identifier: dict) -> str:
     if identifier.get("system") == "http://hl7.org/fhir/sid/us-ssn":
         return "SOCIAL_SECURITY_NUMBER"
@@ -55,14 +89,20 @@ def _strings(*values) -> list[str]:
     return out
 
 
+def name_words(value: str) -> str:
+    """A name as a known identifier: its words that hold a letter. A number typed into a name (a house number,
+    a bed) is no name token: as one it would mask or refuse that number in every range, dose and count."""
+    return " ".join(w for w in value.split() if any(map(str.isalpha, w)))
+
+
 def _person(res: dict) -> Iterable[KnownIdentifier]:
     for name in _dicts(res.get("name")):
-        parts = _strings(name.get("given"), name.get("family"))
+        parts = [p for p in map(name_words, _strings(name.get("given"), name.get("family"))) if p]
         if parts:
             yield KnownIdentifier(" ".join(parts), "NAME")
         for part in parts if len(parts) > 1 else ():  # each a name in its own right, whatever word it spells
             yield KnownIdentifier(part, "NAME")        # (titles have their own elements: prefix, suffix)
-        for text in _strings(name.get("text")):
+        for text in filter(None, map(name_words, _strings(name.get("text")))):
             yield KnownIdentifier(text, "NAME")
     for contact in [res] + _dicts(res.get("contact")):
         if contact is not res:

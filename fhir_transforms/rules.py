@@ -4,16 +4,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 import fhirpathpy
 import yaml
 
 from fhir_transforms.fpe import FpeFormat
+from fhir_transforms import safe_harbor_gaps as gaps
 from fhir_transforms.methods import FHIR, METHODS
 import mappings
 
 MAPPINGS = Path(mappings.__file__).resolve().parent / "fhir"
+DATA = MAPPINGS.parent / "data"
+SAFE_HARBOR = "safe-harbor"  # the packaged profile every other set of rules is weighed against
 
 
 class ProfileError(ValueError):
@@ -75,10 +78,11 @@ class Profile:
     default_primitive: Rule
     identifier_remove_types: frozenset[str]
     identifier_remove_systems: frozenset[str]
-    extension_allow: frozenset[str]
+    extension_allow: dict[str, "ExtensionKind | None"]  # url → what it may hold (None: anything, as before)
     modifier_extension_allow: frozenset[str]
     kept_by_design: frozenset[str] = frozenset()  # Owner.element values the leak guard trusts where the rules kept them
     rules_sha256: str = ""  # a site rules file's hash (fhir_transforms/site_rules.py); "" for a packaged profile
+    safe_harbor_gaps: tuple = ()  # the rules that keep more than Safe Harbor allows (fhir_transforms/safe_harbor_gaps.py)
     marking: bool = False  # record on each element a rule changed what was done (a rule's `marking` overrides)
     remove_entries: tuple[EntryRule, ...] = ()  # Bundle entries removed whole, with the references to them
     plans: dict = field(default_factory=dict, repr=False)  # the walker's per-path plans (fhir_transforms/r4/walker.py)
@@ -251,7 +255,20 @@ def read_profile_file(folder: Path, name: str, sections: tuple[str, ...] = ("rul
 @lru_cache(maxsize=None)
 def load_profile(name: str) -> Profile:
     """Read and check a profile by name; every rule's method must be known."""
-    return profile_from_doc(read_profile_file(MAPPINGS, name), lambda keys, label: f"{name}: {label}")
+    profile = profile_from_doc(read_profile_file(MAPPINGS, name), lambda keys, label: f"{name}: {label}")
+    return with_safe_harbor_gaps(profile) if name != SAFE_HARBOR else profile
+
+
+def with_safe_harbor_gaps(profile: Profile, dropped_keys: Iterable[str] = ()) -> Profile:
+    """The profile, knowing which of its rules keep more than the packaged safe-harbor profile's (and which of
+    those a site file dropped): outputs of a profile with gaps are not labelled Safe Harbor."""
+    baseline = load_profile(SAFE_HARBOR)
+    profile.safe_harbor_gaps = tuple(
+        gaps.compare("fhir.rules", profile.rules, baseline.rules)
+        + gaps.compare("fhir", {"default_primitive": profile.default_primitive},
+                       {"default_primitive": baseline.default_primitive})
+        + gaps.dropped("fhir.rules", dropped_keys, baseline.rules))
+    return profile
 
 
 def profile_from_doc(doc: dict, where: Callable[[tuple, str], str], rules_sha256: str = "") -> Profile:
@@ -268,7 +285,7 @@ def profile_from_doc(doc: dict, where: Callable[[tuple, str], str], rules_sha256
         default_primitive=_rule(doc.get("default_primitive", "keep"), where(("default_primitive",), "default_primitive")),
         identifier_remove_types=frozenset(ids.get("remove_types", [])),
         identifier_remove_systems=frozenset(ids.get("remove_systems", [])),
-        extension_allow=frozenset(doc.get("extensions", {}).get("allow", [])),
+        extension_allow=_extensions(doc.get("extensions") or {}, where(("extensions",), "extensions")),
         modifier_extension_allow=frozenset(doc.get("modifier_extensions", {}).get("allow", [])),
         kept_by_design=frozenset(doc.get("leak_guard", {}).get("kept_by_design", [])),
         rules_sha256=rules_sha256,
@@ -280,6 +297,41 @@ def profile_from_doc(doc: dict, where: Callable[[tuple, str], str], rules_sha256
                                  for path, spec in (section or {}).get("rules", {}).items()}
                        for version, section in (doc.get("fhir_versions") or {}).items()},
     )
+
+
+@dataclass(frozen=True)
+class ExtensionKind:
+    """What an allowed extension may hold, from its StructureDefinition (mappings/data/extensions.yaml): the types
+    of its value[x] (lower case), and its sub-extensions' relative urls with theirs."""
+
+    values: frozenset[str]
+    parts: dict[str, frozenset[str]]
+
+    def fits(self, extension: dict, types: frozenset[str] | None = None) -> bool:
+        """Whether every value[x] of `extension` has one of the types (this kind's own, or a part's)."""
+        allowed = self.values if types is None else types
+        return all(key[5:].lower() in allowed for key in extension if key.startswith("value"))
+
+
+def _extensions(section: dict, where: str) -> dict[str, ExtensionKind | None]:
+    """The allow-list: the definitions file's extensions by what they hold, and `allow`'s urls, which may hold
+    anything (a site's own extensions, and relative urls of sub-extensions of theirs)."""
+    found: dict[str, ExtensionKind | None] = dict.fromkeys(section.get("allow", []))
+    name = section.get("definitions")
+    if name is not None:
+        path = DATA / str(name)
+        if not isinstance(name, str) or path.parent != DATA or not path.is_file():
+            raise ProfileError(f"{where}: definitions names a file of mappings/data/")
+        for url, spec in _extension_file(path).items():
+            found[url] = ExtensionKind(
+                frozenset(t.lower() for t in spec.get("value", [])),
+                {part: frozenset(t.lower() for t in types) for part, types in spec.get("extension", {}).items()})
+    return found
+
+
+@lru_cache(maxsize=None)
+def _extension_file(path: Path) -> dict:
+    return yaml.safe_load(path.read_text(encoding="utf-8"))["extensions"]
 
 
 def _flag(value, where: str) -> bool:

@@ -26,7 +26,7 @@ SCHEMA_FILE = Path(mappings.__file__).resolve().parent / "site-rules.schema.json
 HL7_MAPPINGS = Path(mappings.__file__).resolve().parent / "hl7v2"
 SCHEMA_ID = "http://deid-adapter.org/schema/site-rules.schema.json"
 MAX_ERRORS = 20
-LATER_FHIR_VERSIONS = ("r5",)  # FHIR versions whose rules lie over R4's (fhir_transforms/r4/schema.py FHIR_VERSIONS)
+OTHER_FHIR_VERSIONS = ("r5", "stu3")  # FHIR versions whose rules lie over R4's (fhir_transforms/r4/schema.py FHIR_VERSIONS)
 FHIR_PATH = r"^[A-Za-z][A-Za-z0-9]*(\.[a-z][A-Za-z0-9]*)*$"  # Type, Type.element, Resource.element.element
 HL7_FIELD = r"^[A-Z][A-Z0-9]{2}\.[1-9][0-9]*$"  # SEG.n
 HL7_DATATYPE = r"^[A-Z][A-Z0-9_]*$"  # datatype names are upper case, method names lower case
@@ -103,7 +103,7 @@ def schema() -> dict:
                     version: {"type": "object", "additionalProperties": False, "properties": {
                         "rules": {"type": "object", "propertyNames": {"pattern": FHIR_PATH},
                                   "additionalProperties": {"$ref": "#/$defs/fhirRule"}}}}
-                    for version in LATER_FHIR_VERSIONS}},
+                    for version in OTHER_FHIR_VERSIONS}},
             }},
             "hl7v2": {"type": "object", "additionalProperties": False, "properties": {
                 "fields": {"type": "object", "propertyNames": {"pattern": HL7_FIELD},
@@ -112,6 +112,8 @@ def schema() -> dict:
                               "additionalProperties": {"$ref": "#/$defs/hl7Datatype"}},
                 "identifiers": {"type": "object", "additionalProperties": False,
                                 "properties": {"remove_types": strings}},
+                "charset": {"type": "string", "minLength": 1,
+                            "description": "character set of messages whose MSH-18 is empty (HL7 table 0211: 8859/1)"},
             }},
         },
         "$defs": {

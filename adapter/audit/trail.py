@@ -204,6 +204,9 @@ def engine_versions(engine) -> dict:
     profile = getattr(engine, "profile", None)
     site = getattr(profile, "rules_sha256", "")  # a site rules file: its hash marks every record made with it
     versions = {"deid-adapter": _VERSION[0], "detectors": detectors, **({"site_rules_sha256": site} if site else {})}
+    # rules that keep more than Safe Harbor allows (their keys, never values): the record is not Safe Harbor's
+    gaps = getattr(profile, "safe_harbor_gaps", ())
+    versions["safe_harbor"] = f"no ({', '.join(g.where for g in gaps)})" if gaps else "yes"
     return {
         "profile": getattr(profile, "name", ""),
         "rules_version": str(getattr(profile, "version", "")) + (f"+site.{site[:16]}" if site else ""),

@@ -174,12 +174,13 @@ class Vault:
 
 
 def reidentify(vault: Vault, trail: audit.AuditTrail, pseudonym: str, ring: Sequence[keys.Key], *, actor: str,
-               reason: str) -> list[Relink]:
-    """Re-link a pseudonym under control: the attempt is an audit record (durable) before any original is returned."""
+               reason: str, key_problem: str | None = None) -> list[Relink]:
+    """Re-link a pseudonym under control: the attempt is an audit record (durable) before any original is returned.
+    `key_problem`: why the caller has no ring (a key of the wrong purpose, say), recorded as the denial's reason."""
     detail = {"pseudonym": pseudonym, "reason": reason, "vault_key_ids": sorted(k.key_id for k in ring)}
     try:
         if not ring:
-            raise ReidentificationDenied("no vault key given")
+            raise ReidentificationDenied(key_problem or "no vault key given")
         found = vault.reidentify(pseudonym, ring)
     except ReidentificationDenied as e:
         trail.append([audit.AuditEntry("reidentify-denied", actor, "vault", detail={**detail, "denied": str(e)})])
@@ -192,7 +193,7 @@ def reidentify(vault: Vault, trail: audit.AuditTrail, pseudonym: str, ring: Sequ
 
 
 def decrypt(trail: audit.AuditTrail, value: str, ring: Sequence[keys.Key], options: dict, *, actor: str,
-            reason: str) -> tuple[str, str]:
+            reason: str, key_problem: str | None = None) -> tuple[str, str]:
     """The original behind an `encrypt` output, with a vault key of `ring` and the rule's format settings
     (`format`, and for fpe `alphabet`, `keep_prefix`, `check_digit`); (original, vault key id). The attempt is an
     audit record (durable) before the original is returned.
@@ -204,7 +205,7 @@ def decrypt(trail: audit.AuditTrail, value: str, ring: Sequence[keys.Key], optio
     fmt = fpe_format({k: v for k, v in options.items() if k != "format"}) if options.get("format") == "fpe" else None
     try:
         if not ring:
-            raise ReidentificationDenied("no vault key given")
+            raise ReidentificationDenied(key_problem or "no vault key given")
         for key in ring:
             try:
                 original = ValueCipher(key).decrypt(value, fmt)

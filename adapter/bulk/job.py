@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import hashlib
+import hmac
 import json
 import multiprocessing
 import os
@@ -33,6 +34,7 @@ from adapter.audit import trail as audit
 from adapter import files as fhir_files
 from adapter import json_input
 from fhir_transforms import known as known_ids
+from fhir_transforms import safe_harbor_gaps
 from fhir_transforms.r4 import references
 from fhir_transforms.errors import (DetectorFailed, InputError, LeakFound, OutputInvalid, RecordRefused,
                                     UnknownModifier)
@@ -253,9 +255,11 @@ def scan(root: Path, files: list[str], index: PatientIndex, engine: Deidentifier
 
 def _index_person(line: bytes, rel: str, n: int, index: PatientIndex, engine: Deidentifier, validate: str) -> None:
     res = _json_or_none(line.removeprefix(b"\xef\xbb\xbf"))
-    if not isinstance(res, dict) or res.get("resourceType") not in COMPARTMENT_TYPES:
+    if not isinstance(res, dict) or not known_ids.is_one_of(res.get("resourceType"), COMPARTMENT_TYPES):
         return
-    patient = res.get("id") if res["resourceType"] == "Patient" else _reference_id((res.get("patient") or {}).get("reference"))
+    link = res.get("patient")  # (any JSON value before validation: pass 2 reports a wrong shape)
+    patient = res.get("id") if res["resourceType"] == "Patient" else \
+        _reference_id(link.get("reference") if isinstance(link, dict) else None)
     if not isinstance(patient, str) or not patient:
         return
     engine.validate = _validates(validate, rel, n)
@@ -364,7 +368,8 @@ def process_chunk(root: Path, chunk: Chunk, worker: Worker) -> tuple[bytes, dict
         if not isinstance(res, dict) or not isinstance(res.get("resourceType"), str):
             refusals.append([n, None, "invalid-json" if res is None else "not-a-resource"])
             continue
-        patients = sorted(linked_patients(res, line) | ({res.get("id")} - {None}))
+        own = res.get("id")  # (any JSON value before validation: the engine reports a wrong shape)
+        patients = sorted(linked_patients(res, line) | ({own} if isinstance(own, str) else set()))
         linked = [k for p in patients for k in worker.linked_known(p)]
         age_limits = {p: year for p in patients if (year := worker.linked_age_limit(p)) is not None}
         engine.validate = _validates(worker.validate, chunk.file, n)
@@ -389,13 +394,20 @@ def process_chunk(root: Path, chunk: Chunk, worker: Worker) -> tuple[bytes, dict
 class Journal:
     """One JSON line per finished chunk (its part file's digest and its stats), appended and fsynced
     after the part file is in place; a header names the run, so a run with other input or settings
-    starts over instead of mixing outputs."""
+    starts over instead of mixing outputs. Each line is keyed (HMAC under a key derived from the pseudonym
+    key): a part edited on disk, with its digest edited in the journal to match, fails its MAC, and the chunk
+    is de-identified again instead of published."""
 
-    def __init__(self, work: Path, run: dict):
+    def __init__(self, work: Path, run: dict, secret: bytes):
         self.work, self.path = work, work / "journal.ndjson"
         self.parts = work / "parts"
         self.run = run
         self.done: dict[int, dict] = {}
+        self._mac_key = hmac.new(secret, b"deid-adapter bulk journal v1", hashlib.sha256).digest()
+
+    def _mac(self, entry: dict) -> str:
+        body = json.dumps({"run": self.run, **{k: entry[k] for k in ("seq", "sha256", "stats")}}, sort_keys=True)
+        return hmac.new(self._mac_key, body.encode(), hashlib.sha256).hexdigest()
 
     def _previous(self) -> tuple[dict | None, list[bytes]]:
         if not self.path.exists():
@@ -418,6 +430,9 @@ class Journal:
         today = today or default_today()
         for e in entries:
             part = self.part(e["seq"])
+            if not (isinstance(e.get("mac"), str) and "sha256" in e and "stats" in e
+                    and hmac.compare_digest(e["mac"], self._mac(e))):
+                continue  # not written by a run with this key: done again
             if part.exists() and hashlib.sha256(part.read_bytes()).hexdigest() == e["sha256"]:
                 self.done[e["seq"]] = e
         if not entries:
@@ -436,6 +451,7 @@ class Journal:
     def record(self, chunk: Chunk, data: bytes, stats: dict) -> None:
         fhir_files.write_atomic(self.part(chunk.seq), data)
         entry = {"seq": chunk.seq, "sha256": hashlib.sha256(data).hexdigest(), "stats": stats}
+        entry["mac"] = self._mac(entry)
         self._f.write((json.dumps(entry) + "\n").encode())
         self._f.flush()
         os.fsync(self._f.fileno())
@@ -612,8 +628,9 @@ def finish(out: Path, export: Export, journal: Journal, settings: Settings) -> d
         main_type = max(sorted(types), key=lambda t: types[t]) if types else rel.split(".", 1)[0]
         outputs.append({"type": main_type, "url": rel, "count": sum(types.values())})
     profile = settings.profile_rules()
-    tags = {"keyId": key_id_for(settings.secret), "profile": f"{profile.name}@{profile.version}", "stack": settings.stack,
-            **({"siteRules": profile.rules_sha256} if profile.rules_sha256 else {})}
+    tags = {"keyId": key_id_for(settings.secret), "profile": safe_harbor_gaps.label(profile), "stack": settings.stack,
+            **({"siteRules": profile.rules_sha256} if profile.rules_sha256 else {}),
+            "safeHarbor": not profile.safe_harbor_gaps}
     manifest = {**export.manifest_fields, "requiresAccessToken": False,
                 "output": [o for o in outputs if o["type"] != "OperationOutcome"],
                 "error": [o for o in outputs if o["type"] == "OperationOutcome"],

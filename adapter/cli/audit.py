@@ -162,7 +162,8 @@ def reidentify(pseudonym: str = typer.Argument(..., help="A pseudonym from a de-
     ring, key_problem = _vault_ring(vault_key_file)
     try:
         store = Vault(vault_url(vault_store))
-        found = relink(store, trail, pseudonym, ring, actor=actor or audit.default_actor(), reason=reason)
+        found = relink(store, trail, pseudonym, ring, actor=actor or audit.default_actor(), reason=reason,
+                       key_problem=key_problem)
     except ReidentificationDenied as e:
         fail(f"re-identification denied: {key_problem or e} (the attempt is recorded in the audit trail)")
     except (VaultError, AuditError) as e:
@@ -206,7 +207,7 @@ def decrypt(value: str = typer.Argument(..., help="A value an `encrypt` rule wro
         "format": fmt, "alphabet": alphabet, "keep_prefix": keep_prefix, "check_digit": check_digit}
     try:
         original, key_id = decrypt_value(trail, value, ring, options, actor=actor or audit.default_actor(),
-                                         reason=reason)
+                                         reason=reason, key_problem=key_problem)
     except ReidentificationDenied as e:
         fail(f"re-identification denied: {key_problem or e} (the attempt is recorded in the audit trail)")
     except (VaultError, AuditError, ValueError) as e:

@@ -12,6 +12,7 @@ from adapter import files as fhir_files
 from adapter.audit.trail import AuditError
 from adapter.cli import auditing
 from adapter.cli.common import (
+    check_output_apart,
     EXIT_BAD_INPUT,
     EXIT_REFUSED,
     FhirVersionOpt,
@@ -55,11 +56,13 @@ def fhir(
     actor: Optional[str] = auditing.ActorOpt,
     vault: bool = auditing.VaultFlag,
     vault_key_file: Optional[Path] = auditing.VaultKeyOpt,
+    keep_file_names: bool = typer.Option(False, "--keep-file-names",
+                                         help="Keep each input file's name even where it holds a known identifier of "
+                                              "its record (default: such a file is named by a keyed pseudonym)."),
 ) -> None:
     """De-identify FHIR R4 or R5 input into OUTPUT. Bad files are reported and skipped; the exit code says so."""
     # the arguments first, the models last: a wrong argument is answered before a model loads
-    if input.resolve() == output.resolve():
-        fail("OUTPUT must differ from INPUT")
+    check_output_apart(input, output)
     try:
         inputs = fhir_files.list_inputs(input)
         if validate is Validation.full:
@@ -81,12 +84,12 @@ def fhir(
         try:
             if root is not None:
                 fhir_files.check_inside(target, root)  # before anything is audited
-            if _stream(engine, path, validate, account, target, root, rel):
+            if _stream(engine, path, validate, account, target, root, rel, keep_file_names):
                 counts["written"] += 1
                 counts["resources"] += 1
                 continue
             f = fhir_files.read(path, rel)
-            results, audited, refused = _deidentify_file(engine, f, validate)
+            results, audited, refused, known = _deidentify_file(engine, f, validate)
             if refused:  # NDJSON lines refused: their neighbours are written, these are listed
                 account.discard()  # pseudonyms the vault holds pending include the refused lines'
                 for n, raw, reason, where, rtype in refused:
@@ -100,7 +103,9 @@ def fhir(
                 f.resources = [json.loads(raw) for raw in f.raw]  # the first pass consumed them
                 if not f.raw:
                     continue
-                results, audited, _ = _deidentify_file(engine, f, validate)  # the same output, its vault entries only
+                results, audited, _, known = _deidentify_file(engine, f, validate)  # the same output, its vault entries only
+            if not keep_file_names:
+                target = fhir_files.private_name(target, known, engine.pseudo)
             data = fhir_files.serialize(results, f.ndjson)
             auditing.record_file(account, audited, data, f.ndjson)  # durable before the output exists
             fhir_files.write_atomic(target, data, root)
@@ -142,7 +147,8 @@ def fhir(
         fail("nothing to write: no input file held FHIR resources")
 
 
-def _stream(engine, path: Path, validate: Validation, account, target: Path, root, rel: Path) -> bool:
+def _stream(engine, path: Path, validate: Validation, account, target: Path, root, rel: Path,
+            keep_file_names: bool) -> bool:
     """A .json Bundle with validation off, de-identified entry by entry (fhir_transforms/r4/stream.py) to the same
     bytes as the whole-record path, without holding it whole; False for anything else (read and done as usual).
     RecordRefused and InputError propagate as from that path, with nothing written."""
@@ -165,6 +171,8 @@ def _stream(engine, path: Path, validate: Validation, account, target: Path, roo
                 fail(str(audit_error))
             raise _Refused(e) from None
         del bundle.text
+        if not keep_file_names:
+            writer.target = fhir_files.private_name(target, result.known, engine.pseudo)
         digest = writer.finish(result.resource, before)
         account.deidentified(bundle.digest, digest, result.findings, str(path), "Bundle")
         account.commit()  # durable before the output exists
@@ -179,10 +187,11 @@ class _Refused(Exception):
     pass
 
 
-def _deidentify_file(engine, f: fhir_files.FhirFile, validate: Validation) -> tuple[list, list, list]:
-    """De-identify a file's records: (outputs, audit rows, refused). A Bundle or resource file is one record
-    (RecordRefused propagates); an NDJSON line refused is listed as (line, raw, reason, where, resourceType)."""
-    results, audited, refused = [], [], []
+def _deidentify_file(engine, f: fhir_files.FhirFile, validate: Validation) -> tuple[list, list, list, set]:
+    """De-identify a file's records: (outputs, audit rows, refused, the records' known identifiers). A Bundle or
+    resource file is one record (RecordRefused propagates); an NDJSON line refused is listed as (line, raw, reason,
+    where, resourceType)."""
+    results, audited, refused, known = [], [], [], set()
     for n, res, raw in zip(f.lines, f.resources, f.raw):
         engine.validate = validate is Validation.full or (validate is Validation.sample and _sampled(f.path, n))
         where = f"{f.path}: line {n}" if f.ndjson else str(f.path)
@@ -194,8 +203,9 @@ def _deidentify_file(engine, f: fhir_files.FhirFile, validate: Validation) -> tu
             refused.append((n, raw, str(e), where, res.get("resourceType", "")))
             continue
         results.append(result.resource)
+        known.update(result.known)
         audited.append((raw, res["resourceType"], result.findings, where))
-    return results, audited, refused
+    return results, audited, refused, known
 
 
 def _sampled(path: Path, n: int) -> bool:

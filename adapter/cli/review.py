@@ -142,6 +142,10 @@ def review_serve(
     port: int = typer.Option(8090, "--port"),
     ssl_certfile: Optional[Path] = typer.Option(None, "--ssl-certfile"),
     ssl_keyfile: Optional[Path] = typer.Option(None, "--ssl-keyfile"),
+    behind_tls: bool = typer.Option(False, "--behind-tls", help="A TLS proxy serves the page: cookies are Secure."),
+    trusted_proxy: Optional[str] = typer.Option(
+        None, "--trusted-proxy", help="The proxy's address(es), comma-separated: only its X-Forwarded-For names the "
+                                      "client (for the sign-in throttle); without it the header is ignored."),
     audit_target: Optional[str] = auditing.AuditOpt,
     audit_key_file: Optional[Path] = auditing.AuditKeyOpt,
 ) -> None:
@@ -156,9 +160,11 @@ def review_serve(
     app = create_review_app(ReviewConfig(
         _queue(queue, review_key_file), store, fhir_engine(key_file, profile, stack, True, today),
         _thresholds(config), out, auditing.open_trail(audit_target, audit_key_file),
-        secure_cookies=bool(ssl_certfile)))
+        secure_cookies=bool(ssl_certfile) or behind_tls))
     typer.echo(f"review page on http{'s' * bool(ssl_certfile)}://{host}:{port}/", err=True)
+    # uvicorn trusts X-Forwarded-For from 127.0.0.1 by default: a client could rotate it past the throttle
     uvicorn.run(app, host=host, port=port, access_log=False, log_level="warning",
+                proxy_headers=bool(trusted_proxy), forwarded_allow_ips=trusted_proxy or "",
                 ssl_certfile=str(ssl_certfile) if ssl_certfile else None,
                 ssl_keyfile=str(ssl_keyfile) if ssl_keyfile else None)
 

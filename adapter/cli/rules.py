@@ -13,6 +13,7 @@ from fhir_transforms.hl7v2.rules import Rule as HL7Rule
 from fhir_transforms.hl7v2.standard import DEFAULT_VERSION, field_type
 from fhir_transforms.r4.site import element_at
 from fhir_transforms.rules import MAPPINGS, Rule, profile_names
+from fhir_transforms import safe_harbor_gaps
 from fhir_transforms.site_rules import origins, write_schema
 from adapter.cli.common import fail
 
@@ -34,7 +35,18 @@ def rules_check(file: Path = typer.Argument(..., help="A site rules file (YAML).
         given = site.section("hl7v2").get(section) or {}
         typer.echo(f"  hl7v2.{section}: {_counts(given, getattr(packaged.hl7, section))}")
     typer.echo(f"  sha256 {site.sha256} (meta.tag http://deid-adapter.org/fhir/CodeSystem/site-rules, "
-               f"MSH-8 +{site.sha256[:12]}, audit)")
+               "MSH-8, audit)")
+    gaps = [*chosen.fhir.safe_harbor_gaps, *chosen.hl7.safe_harbor_gaps]
+    if not gaps:
+        typer.echo(f"  Safe Harbor: yes; outputs are labelled {safe_harbor_gaps.label(chosen.fhir)}")
+        return
+    typer.echo(f"  Safe Harbor: no, {len(gaps)} rule(s) keep more than it allows; outputs are labelled "
+               f"{safe_harbor_gaps.label(chosen.fhir)} and {safe_harbor_gaps.NOT_SAFE_HARBOR}, not "
+               f"{site.extends}@{site.versions['fhir']}:")
+    for gap in gaps:
+        part, section, key = gap.where.split(".", 2) if gap.where.count(".") >= 2 else (*gap.where.split("."), "")
+        at = site.at(part, section, key) if key else site.at(part, section)
+        typer.echo(f"    {at}: {gap}")
 
 
 def _counts(given: dict, packaged: dict) -> str:
@@ -134,6 +146,15 @@ def _explain_hl7(chosen: Profiles, sid: str, n: int) -> list[str]:
                            f"{profile.name}@{profile.version} (HL7v2)"]
     if sid == "OBX" and n == 5:
         lines.append("  applies: OBX-5 is ruled by its value type OBX-2 (observation_values), ages by OBX-3/OBX-6")
+        return lines
+    if sid == "QPD" and n >= 3:
+        named = [f"{name}: {_hl7_rule(q.fields[n]) if n in q.fields else 'QIP pairs, each ruled as the field it names'}"
+                 for name, q in sorted(profile.queries.items()) if n in q.fields or n in q.pairs]
+        lines += ["  applies: the query's parameter, by QPD-1.1 (queries):"] + [f"    {text}" for text in named]
+        lines.append("    any other query: every value removed, and a known identifier")
+        return lines
+    if f"{sid}.{n}" in profile.subject_values:
+        lines.append("  applies: subject_values: every value about the patient queried, removed and a known identifier")
         return lines
     listed = profile.fields.get(f"{sid}.{n}")
     datatype = field_type(DEFAULT_VERSION, sid, n)

@@ -26,15 +26,15 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from adapter import json_input
 from adapter.http.auth import Client, TokenStore
-from fhir_transforms import dates
+from fhir_transforms import dates, safe_harbor_gaps
 from fhir_transforms.errors import DetectorFailed, InputError, LeakFound, RecordRefused
 from fhir_transforms.keys import Key
 from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.r4 import versions
 from fhir_transforms.r4.record import Deidentifier
-from fhir_transforms.rules import ProfileError, load_profile
+from fhir_transforms.rules import MAPPINGS, ProfileError, load_profile, profile_names
 from text_deid import budget
-from text_deid.stack import DEFAULT_STACK, LlmSettings, StackUnavailable
+from text_deid.stack import DEFAULT_STACK, STACKS, LlmSettings, StackUnavailable
 import conformance
 from adapter.audit.trail import AuditError
 from fhir_transforms.hl7v2 import message as er7
@@ -44,6 +44,7 @@ from adapter.engines import Profiles, text_stack
 
 FHIR_JSON = "application/fhir+json"
 JSON_TYPES = (FHIR_JSON, "application/json")
+OPERATION_PARAMETERS = ("resource", "profile", "stack", "fhirVersion")  # $de-identify's in-parameters
 HL7_TYPES = ("x-application/hl7-v2+er7", "application/hl7-v2", "text/plain")
 CONFORMANCE = Path(conformance.__file__).resolve().parent
 access_log = logging.getLogger("deid_adapter.access")
@@ -71,6 +72,7 @@ class ServiceConfig:
     llm: LlmSettings | None = None  # the Ollama endpoint of the LLM stacks (None: the environment)
     site: Profiles | None = None  # --rules: the site rules over `profile`, for every request (no other profile)
     fhir_version: str = versions.DEFAULT  # r4, r5 or auto, unless a request names its version
+    charset: str = ""  # HL7v2: the codec of messages whose MSH-18 is empty (--charset), else the site rules file's
 
 
 class HttpError(Exception):
@@ -83,6 +85,13 @@ def outcome(code: str, diagnostics: str, severity: str = "error") -> dict:
             "issue": [{"severity": severity, "code": code, "diagnostics": diagnostics}]}
 
 
+def not_safe_harbor(profile) -> dict:
+    """The information an output of rules with gaps carries: what they are, and that they are not Safe Harbor."""
+    gaps = [str(g) for g in profile.safe_harbor_gaps]
+    return outcome("informational", f"not de-identified under HIPAA Safe Harbor: the rules "
+                   f"({safe_harbor_gaps.label(profile)}) keep more than it allows: {'; '.join(gaps)}", "information")
+
+
 def create_app(config: ServiceConfig) -> FastAPI:
     pool = ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="deid")
 
@@ -91,7 +100,9 @@ def create_app(config: ServiceConfig) -> FastAPI:
         yield
         pool.shutdown(wait=False, cancel_futures=True)
 
-    app = FastAPI(title="deid-adapter", version="0.1.0", docs_url=None, redoc_url=None, lifespan=lifespan)
+    # no /openapi.json: the operations are described by the CapabilityStatement behind a token (/metadata)
+    app = FastAPI(title="deid-adapter", version="0.1.0", docs_url=None, redoc_url=None, openapi_url=None,
+                  lifespan=lifespan)
 
     @app.exception_handler(StarletteHTTPException)
     async def routing_error(_request: Request, e: StarletteHTTPException) -> Response:
@@ -115,6 +126,10 @@ def create_app(config: ServiceConfig) -> FastAPI:
             raise HttpError(400, "invalid", f"this service de-identifies with site rules over {config.profile}: "
                                             "a request cannot name another profile")
         key = (profile or config.profile, stack or config.stack or DEFAULT_STACK)
+        if key[0] not in profile_names(MAPPINGS):  # never echoed: a request's strings stay out of answers and logs
+            raise HttpError(400, "invalid", f"unknown profile (known: {', '.join(sorted(profile_names(MAPPINGS)))})")
+        if key[1] not in STACKS:
+            raise HttpError(400, "invalid", f"unknown stack (known: {', '.join(STACKS)})")
         if key not in config.engines:
             try:
                 rules = config.site.fhir if config.site is not None else load_profile(key[0])
@@ -141,6 +156,9 @@ def create_app(config: ServiceConfig) -> FastAPI:
         media = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if media not in types:
             raise HttpError(415, "not-supported", f"content type must be one of {', '.join(types)}")
+        if "content-length" in request.headers and "transfer-encoding" in request.headers:
+            # request smuggling's shape (RFC 9112 6.3): a proxy and this server could read different bodies
+            raise HttpError(400, "structure", "a request may not have both Content-Length and Transfer-Encoding")
         declared = request.headers.get("content-length")
         if declared and declared.isdigit() and int(declared) > config.max_body_bytes:
             raise HttpError(413, "too-costly", f"request body over {config.max_body_bytes} bytes")
@@ -237,6 +255,10 @@ def create_app(config: ServiceConfig) -> FastAPI:
             given = doc.get("parameter") or []
             if not isinstance(given, list):
                 raise HttpError(400, "structure", "Parameters.parameter must be a list")
+            named = [p.get("name") for p in given if isinstance(p, dict)]
+            twice = sorted(n for n in OPERATION_PARAMETERS if named.count(n) > 1)
+            if twice:  # which one counts would be a guess: the first, the last? Neither.
+                raise HttpError(400, "invalid", f"parameter {twice[0]!r} given {named.count(twice[0])} times: give it once")
             params = {p.get("name"): p for p in given if isinstance(p, dict)}
             if "resource" not in params or not isinstance(params["resource"].get("resource"), dict):
                 raise HttpError(400, "required", "Parameters needs a `resource` parameter holding a resource")
@@ -257,12 +279,16 @@ def create_app(config: ServiceConfig) -> FastAPI:
             out = result.resource
             if wrapped:
                 out = {"resourceType": "Parameters", "parameter": [{"name": "return", "resource": out}]}
+                if deid.profile.safe_harbor_gaps:
+                    out["parameter"].append({"name": "outcome", "resource": not_safe_harbor(deid.profile)})
             return result, json.dumps(out, ensure_ascii=False).encode()
 
         result, output = await audited(request, deid, "fhir", raw, work)
         for name, seconds in result.detector_seconds.items():
             detector_time.labels(name).observe(seconds)
-        return respond(200, output), digest, len(raw)
+        response = respond(200, output)
+        response.headers["X-Deid-Safe-Harbor"] = "false" if deid.profile.safe_harbor_gaps else "true"
+        return response, digest, len(raw)
 
     async def hl7_work(request: Request):
         raw = await body(request, HL7_TYPES)
@@ -272,11 +298,12 @@ def create_app(config: ServiceConfig) -> FastAPI:
             try:
                 deid = config.engines["hl7"] = HL7Deidentifier(
                     config.site.hl7 if config.site is not None else load_hl7_profile(config.profile),
-                    Pseudonymizer(config.key), text_stack(config.stack, config.llm), config.clock)
+                    Pseudonymizer(config.key), text_stack(config.stack, config.llm), config.clock,
+                    charset=config.charset)
             except StackUnavailable as e:
                 raise HttpError(503, "transient", str(e)) from None
         try:
-            text = er7.decode_bytes(raw)  # as files and MLLP frames are read: never a replaced character
+            text = deid.read(raw).text  # as files and MLLP frames are read: never a replaced character
         except InputError as e:
             raise HttpError(*HTTP_STATUS[InputError], str(e)) from None
 
@@ -284,10 +311,10 @@ def create_app(config: ServiceConfig) -> FastAPI:
 
         async def work():
             nonlocal charset
-            out = await run(map_errors(deid.deidentify_file_text), text)
+            result = await run(map_errors(deid.deidentify_file), text)
             # written as the CLI and MLLP write: in the charset each MSH-18 names, which Content-Type names too
-            data, charset = map_errors(er7.encode)(out), er7.content_charset(out)
-            return None, data
+            data, charset = map_errors(er7.encode)(result.text), er7.content_charset(result.text)
+            return result, data
 
         _, output = await audited(request, deid, "hl7v2", raw, work)
         media = "x-application/hl7-v2+er7" + (f"; charset={charset}" if charset else "")
@@ -345,19 +372,19 @@ def _param_value(param: dict | None) -> str | None:
 
 def _fhir_version(content_type: str, asked: str | None) -> str | None:
     """The FHIR version a request names: the `fhirVersion` parameter of its media type (FHIR's own way, e.g.
-    `application/fhir+json; fhirVersion=5.0`) or of its Parameters (r4, r5, auto or a number); None if neither."""
+    `application/fhir+json; fhirVersion=5.0`) or of its Parameters (r4, r5, stu3, auto or a number); None if neither."""
     named = {}
     for part in content_type.split(";")[1:]:
         key, _, value = part.partition("=")
         if key.strip().lower() == "fhirversion":
             version = versions.of_number(value.strip().strip('"'))
             if version is None:
-                raise HttpError(415, "not-supported", "fhirVersion of the media type must be 4.0, 4.3 or 5.0")
+                raise HttpError(415, "not-supported", "fhirVersion of the media type must be 3.0, 4.0, 4.3 or 5.0")
             named["media type"] = version
     if asked is not None:
         version = asked if asked in (*versions.FHIR_VERSIONS, versions.AUTO) else versions.of_number(asked)
         if version is None:
-            raise HttpError(400, "invalid", "parameter 'fhirVersion' must be r4, r5, auto or a FHIR version number")
+            raise HttpError(400, "invalid", "parameter 'fhirVersion' must be r4, r5, stu3, auto or a FHIR version number")
         named["parameter"] = version
     if len(set(named.values())) > 1:
         raise HttpError(400, "invalid", "the media type and the fhirVersion parameter name different FHIR versions")

@@ -7,6 +7,7 @@ naming the reviewer (durable) and only then the output. Pages never carry a key 
 """
 from __future__ import annotations
 
+import hashlib
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -249,11 +250,23 @@ def create_review_app(config: ReviewConfig) -> FastAPI:
             if config.audit is not None:
                 config.audit.record_review(actor=user.name, channel="review", data_format="fhir",
                                            subject_sha256="", decision="discard",
-                                           reason=str(form.get("reason", ""))[:200])
+                                           reason=review_reason(form.get("reason")))
             config.queue.close_item(item_id, user.site, DISCARDED, user.name, [])
         return RedirectResponse("/admin", status_code=303, headers=HEADERS)
 
     return app
+
+
+# Reasons a discard may give as they are; any other text may name the patient, and is kept only as a hash.
+REASONS = ("duplicate", "wrong patient", "test record", "not for release")
+
+
+def review_reason(given) -> str:
+    """What the audit trail keeps of a reviewer's reason: one of REASONS, else `other` and the text's SHA-256."""
+    text = str(given or "").strip()
+    if not text or text.casefold() in REASONS:
+        return text.casefold()
+    return f"other sha256:{hashlib.sha256(text.encode()).hexdigest()[:16]}"
 
 
 def _view(held: HeldRecord, thresholds: Thresholds) -> list[dict]:

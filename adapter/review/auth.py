@@ -37,6 +37,9 @@ class Reviewer:
         return self.role == "admin"
 
 
+MIN_PASSWORD_LENGTH = 8  # NIST SP 800-63B's floor for a chosen secret
+
+
 def hash_password(password: str, *, n: int = SCRYPT_N, r: int = SCRYPT_R, p: int = SCRYPT_P) -> str:
     """An scrypt hash with a random salt, as `scrypt$n$r$p$salt$hash` (base64)."""
     salt = secrets.token_bytes(16)
@@ -97,6 +100,8 @@ def add_user(path: Path, name: str, role: str, site: str, password: str) -> None
         raise UsersFileError(f"unknown role {role!r} (known: {', '.join(ROLES)})")
     if not name or not site or not password:
         raise UsersFileError("a user needs a name, a site and a password")
+    if len(password) < MIN_PASSWORD_LENGTH:
+        raise UsersFileError(f"a password needs at least {MIN_PASSWORD_LENGTH} characters")
     doc = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {"users": []}
     doc["users"] = [u for u in doc.get("users", []) if u.get("name") != name]
     doc["users"].append({"name": name, "role": role, "site": site, "password": hash_password(password)})

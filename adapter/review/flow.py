@@ -18,6 +18,7 @@ from text_deid import merge
 from text_deid.spans import CATEGORIES, DetectorError, KnownIdentifier, Span
 
 ACTIONS = ("confirm", "reject", "change", "add")
+MAX_DECISIONS = 10_000  # per release: more than any page holds, far less than a flood
 REVIEW_DETECTOR = "review"
 
 
@@ -157,14 +158,16 @@ def decide(held: HeldRecord, submitted: Sequence[dict], thresholds: Thresholds) 
     """Check the page's decisions against the held record. An original span without a decision is confirmed
     (fail closed: nothing the stack found is released unless a reviewer rejected it), and only a span routed for
     review (below its category's threshold) may be rejected: a confident one can only be confirmed or changed."""
+    if len(submitted) > MAX_DECISIONS:  # one page's work: a flood would become one enormous audit row
+        raise DecisionError(f"more than {MAX_DECISIONS} decisions in one release")
     by_origin: dict[tuple[int, int], dict] = {}
-    added: list[Decision] = []
+    added: set[Decision] = set()  # the same added span twice is one decision
     for d in submitted:
         if not isinstance(d, dict):
             raise DecisionError("each decision must be an object")
         action, t = d.get("action"), d.get("text")
-        if action not in ACTIONS:
-            raise DecisionError(f"unknown action {action!r} (known: {', '.join(ACTIONS)})")
+        if action not in ACTIONS:  # what was sent is never echoed: only the names it must be one of
+            raise DecisionError(f"unknown action (known: {', '.join(ACTIONS)})")
         if not isinstance(t, int) or not 0 <= t < len(held.texts):
             raise DecisionError("decision names a text the record does not have")
         if action == "add":
@@ -172,8 +175,8 @@ def decide(held: HeldRecord, submitted: Sequence[dict], thresholds: Thresholds) 
             if not (isinstance(start, int) and isinstance(end, int) and 0 <= start < end <= len(held.texts[t].text)):
                 raise DecisionError("an added span must lie inside its text")
             if category not in CATEGORIES:
-                raise DecisionError(f"unknown category {category!r}")
-            added.append(Decision(t, start, end, category, "add", 1.0))
+                raise DecisionError("unknown category")
+            added.add(Decision(t, start, end, category, "add", 1.0))
             continue
         origin = d.get("origin")
         if not isinstance(origin, int) or not 0 <= origin < len(held.texts[t].spans):
@@ -190,7 +193,7 @@ def decide(held: HeldRecord, submitted: Sequence[dict], thresholds: Thresholds) 
             action, category = d["action"], d.get("category") or s.category
             if action == "change":
                 if category not in CATEGORIES:
-                    raise DecisionError(f"unknown category {category!r}")
+                    raise DecisionError("unknown category")
                 if category == s.category:
                     action = "confirm"
             else:

@@ -5,7 +5,8 @@ random id that only the cookie carries: signing out deletes the row, so the old 
 form is guarded by a signed, stateless CSRF cookie, so an anonymous visit writes nothing.
 
 The throttle counts failed sign-ins per user name and per client address in one process: too many in a window
-lock that name or address for a while; a successful sign-in clears the name's count.
+lock that address, or that name for the addresses that failed as it (not for its owner elsewhere), for a while;
+a successful sign-in clears the name's count.
 """
 from __future__ import annotations
 
@@ -126,21 +127,26 @@ class LoginThrottle:
     clock: Callable[[], float] = time.monotonic
     _failures: dict[str, list[float]] = field(default_factory=dict)
     _locked: dict[str, float] = field(default_factory=dict)
+    _blamed: dict[str, set[str]] = field(default_factory=dict)  # name → addresses that failed signing in as it
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def locked_for(self, name: str, address: str) -> float:
-        """Seconds until a sign-in as `name` from `address` is tried again; 0 when it may be tried now."""
+        """Seconds until a sign-in as `name` from `address` is tried again; 0 when it may be tried now. A locked
+        name stays open to addresses that have not failed as it: anyone can fail a name's sign-in on purpose,
+        and that must not lock its owner out."""
         now = self.clock()
         with self._lock:
-            return max([0.0] + [self._locked.get(k, 0.0) - now for k in (f"u:{name}", f"a:{address}")])
+            name_lock = self._locked.get(f"u:{name}", 0.0) if address in self._blamed.get(name, ()) else 0.0
+            return max(0.0, name_lock - now, self._locked.get(f"a:{address}", 0.0) - now)
 
     def failed(self, name: str, address: str) -> None:
         now = self.clock()
         with self._lock:
+            self._blamed.setdefault(name, set()).add(address)
             for key, limit in ((f"u:{name}", self.max_per_user), (f"a:{address}", self.max_per_address)):
                 recent = [t for t in self._failures.get(key, []) if t > now - self.window_s] + [now]
-                if len(recent) >= limit:
-                    self._locked[key] = now + self.lockout_s
+                if len(recent) >= limit or (key in self._locked and key.startswith("u:")):
+                    self._locked[key] = max(self._locked.get(key, 0.0), now + self.lockout_s)
                     self._failures.pop(key, None)
                 else:
                     self._failures[key] = recent
@@ -156,3 +162,5 @@ class LoginThrottle:
             del self._locked[key]
         for key in [k for k, times in self._failures.items() if times[-1] <= now - self.window_s]:
             del self._failures[key]
+        for name in [n for n in self._blamed if f"u:{n}" not in self._locked and f"u:{n}" not in self._failures]:
+            del self._blamed[name]

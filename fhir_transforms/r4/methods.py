@@ -38,6 +38,7 @@ class Site(Protocol):
     def clock(self) -> date: ...
     def label(self, code: str) -> None: ...
     def record_known(self, value, category: str) -> None: ...
+    def record_identifier(self, value) -> None: ...
     def generated(self) -> None: ...
     def rewrite_reference(self, value: str) -> str | None: ...
     def record_original_ids(self, value: str, rtype: str | None = None) -> None: ...
@@ -86,7 +87,7 @@ def keeps_what_was_found(term: str, spans: list[Span]) -> bool:
 
 def remove(value, site: Site):
     if site.element.name == "value" and site.owner == "Identifier":
-        site.record_known(value, identifier_category(site.parent))
+        site.record_identifier(value)
     site.label("REDACTED")
     return REMOVE
 
@@ -149,7 +150,7 @@ def pseudonym(value, site: Site):
     if name in REFERENCE_ELEMENTS:  # the commonest: references, fullUrls, request urls
         result = site.rewrite_reference(value)
     elif name == "value" and site.owner == "Identifier":
-        site.record_known(value, identifier_category(site.parent))
+        site.record_identifier(value)
         if site.removes_identifier():
             return remove(value, site)
         result = site.pseudo.identifier(site.parent.get("system"), value)
@@ -173,7 +174,7 @@ def pseudonym(value, site: Site):
 def fpe(value, site: Site):
     """Format-preserving pseudonym (FF3-1) for identifier values; ids and references keep the keyed pseudonym."""
     if site.element.name == "value" and site.owner == "Identifier":
-        site.record_known(value, identifier_category(site.parent))
+        site.record_identifier(value)
         if site.removes_identifier():
             return remove(value, site)
         if not selects(site.options, set(type_codes(site.parent))):

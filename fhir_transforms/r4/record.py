@@ -11,6 +11,7 @@ from datetime import date
 from typing import Callable, Iterable, Iterator, Mapping
 
 from fhir_transforms import dates, known as known_ids
+from fhir_transforms.known import is_identifier_shaped
 from fhir_transforms.r4 import rendered, versions
 from fhir_transforms.r4.entries import remove_entries
 from fhir_transforms.errors import DetectorFailed, InputError, LeakFound, OutputInvalid
@@ -19,13 +20,14 @@ from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.rules import Profile
 from fhir_transforms.r4.schema import elements, is_resource_type, model_class
 from fhir_transforms.r4.shapes import R4_ONLY
+from fhir_transforms.r4.uris import URI_TYPES, pseudonymize_uris
 from fhir_transforms.r4.walker import RecordContext, WrittenSlots, age_limit, path_text, stamp_all, walk_record
 from text_deid import leak_guard, replace
 from text_deid.spans import DetectorError, KnownIdentifier, Span
 from text_deid.stack import TextStack, known_identifiers_only
 
 R4_ONLY_PLACEHOLDER = {"resourceType": "Basic", "code": {"text": "an R4 resource type the R4B models lack"}}
-SKIP_KEYS = {"resourceType", "system", "url"}  # structure, not content: codes of terminologies and extension urls
+SKIP_KEYS = {"resourceType"}  # structure, not content
 READ_APART = SKIP_KEYS | {"div", "data"}  # the keys whose strings the guard skips, or reads as rendered (XHTML, text attachments)
 
 
@@ -102,6 +104,7 @@ class Deidentifier:
             if r.get("resourceType") == "Patient" and (limit := age_limit(r.get("birthDate"), today)) is not None:
                 ctx.age_limits[r.get("id") or ""] = limit
         ctx.known.update(known_ids.collect(members))
+        ctx.thing_names = known_ids.thing_names(members)
         ctx.known.update(linked)
         walk_record(doc, path, ctx)
         for res, state in ctx.walked:  # entries removed by the entry rules, and references to them
@@ -159,6 +162,7 @@ class Deidentifier:
                 else:
                     labels.add("MASKED")
                     container[slot] = replace.apply(term, found)
+        pseudonymize_uris(ctx, known)
         return findings, len(texts) + sum(map(len, ctx.terms.values())), timings
 
 
@@ -170,8 +174,15 @@ def guard(doc: dict, ctx: RecordContext, known: tuple[KnownIdentifier, ...], pat
     if leak_guard.clean(output_texts(doc, ctx.generated), known):
         return
     at, at_path = where(doc, path) if where else (doc, path)
-    leaks = leak_guard.scan(_unless_kept(output_strings(at, ctx.generated, at_path),
-                                         kept_by_design(at, at_path, profile)), known)
+    strings = output_strings(at, ctx.generated, at_path)
+    kept = kept_by_design(at, at_path, profile)
+    leaks = leak_guard.scan(_unless_kept(strings, kept), known)
+    if kept:  # kept by design: a coincidence of words is no leak there, an identifier-shaped value is
+        shaped = tuple(k for k in known if is_identifier_shaped(k))
+        not_ids = tuple(k for k in shaped if k.value not in ctx.resource_ids)  # a canonical url ends with an id
+        for kind, among in (("kept", shaped), ("uri", not_ids)):
+            if among:
+                leaks += leak_guard.scan([(p, text) for p, text in strings if kept.get(p) == kind], among)
     if leaks:
         shown = "; ".join(str(leak) for leak in leaks[:5])
         raise LeakFound(f"{path}: leak guard refused the output: {len(leaks)} known identifier(s) survived: {shown}")
@@ -205,27 +216,64 @@ def validate(resource: dict, path: str, version: str = versions.DEFAULT) -> None
     from pydantic import ValidationError  # pydantic loads with the first validation, not before
 
     name = version.upper()
+    apart: list[tuple[str, object]] = []
+    if _holds_value_extensions(resource):
+        resource = _copy(resource)
+        _take_value_extensions(resource, "", apart)
     try:
         model_class(rtype, version).model_validate(resource)
-    except (KeyError, ValueError, TypeError) as e:
+        for where, held in apart:  # each an Element: its id and extensions
+            model_class("FHIRPrimitiveExtension", version).model_validate(held)
+    except (KeyError, ValueError, TypeError, AttributeError) as e:  # (fhir.resources: AttributeError on `_birthDate: "7"`)
         hint = _other_version_hint(resource, version)
+        if isinstance(e, ValidationError) and e.title == "FHIRPrimitiveExtension":
+            where = f"{where}: " + "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['type']}"
+                                             for err in e.errors(include_input=False)[:5])
+            raise InputError(f"{path}: not a valid FHIR {name} {rtype}: {where}") from None
         if isinstance(e, ValidationError):
             where = "; ".join(
                 f"{'.'.join(str(p) for p in err['loc'])}: {err['type']}" for err in e.errors(include_input=False)[:5]
             )
             raise InputError(f"{path}: not a valid FHIR {name} {rtype}: {where}{hint}") from None
-        models = "R4B models" if version == "r4" else "R5 models"
+        if isinstance(e, AttributeError):  # the models' own validators met a value of the wrong JSON shape
+            raise InputError(f"{path}: not a valid FHIR {name} {rtype}: an element has the wrong JSON shape{hint}") from None
+        models = {"r4": "R4B models", "r5": "R5 models", "stu3": "STU3 models"}[version]
         raise InputError(f"{path}: not a FHIR {name} resource the {models} know (resourceType {rtype!r}){hint}") from None
 
 
+def _holds_value_extensions(node) -> bool:
+    """Whether an extension holds a primitive extension of its value (`_valueInstant`): valid FHIR JSON that
+    fhir.resources' Extension models have no field for."""
+    if type(node) is dict:
+        if "url" in node and any(type(k) is str and k.startswith("_value") for k in node):
+            return True
+        return any(_holds_value_extensions(v) for v in node.values() if type(v) in (dict, list))
+    return type(node) is list and any(_holds_value_extensions(v) for v in node if type(v) in (dict, list))
+
+
+def _take_value_extensions(node, path: str, apart: list) -> None:
+    """Take every extension's `_value[x]` out of `node` (a copy) into `apart`, as (path, its Element), to be
+    validated on their own."""
+    if type(node) is dict:
+        for key in [k for k in node if "url" in node and type(k) is str and k.startswith("_value")]:
+            apart.append((f"{path}.{key}".lstrip("."), node.pop(key)))
+        for key, value in node.items():
+            if type(value) in (dict, list):
+                _take_value_extensions(value, f"{path}.{key}", apart)
+    elif type(node) is list:
+        for i, value in enumerate(node):
+            _take_value_extensions(value, f"{path}.{i}", apart)
+
+
 def _other_version_hint(resource: dict, version: str) -> str:
-    """When a record invalid in one version is valid in the other: say so, and how to read it that way."""
-    other = "r5" if version == "r4" else "r4"
-    try:
-        model_class(resource.get("resourceType"), other).model_validate(resource)
-    except (KeyError, ValueError, TypeError):
-        return ""
-    return f" (it is valid FHIR {other.upper()}: read it with --fhir-version {other})"
+    """When a record invalid in one version is valid in another: say so, and how to read it that way."""
+    for other in (v for v in versions.FHIR_VERSIONS if v != version):
+        try:
+            model_class(resource.get("resourceType"), other).model_validate(resource)
+        except (KeyError, ValueError, TypeError, AttributeError):
+            continue
+        return f" (it is valid FHIR {other.upper()}: read it with --fhir-version {other})"
+    return ""
 
 
 def _is_r4_only(entry) -> bool:
@@ -247,11 +295,11 @@ def output_strings(node, generated: WrittenSlots, path: str) -> list[tuple[str, 
     return found
 
 
-def kept_by_design(doc: dict, path: str, profile: Profile) -> set[str]:
-    """The JSON paths of the output's strings that the rules kept by design: an element the profile lists
-    under leak_guard.kept_by_design (Coding.display, Address.state, ...) whose rule at that place is
-    `keep`, so that its value is the input's, unchanged."""
-    found: set[str] = set()
+def kept_by_design(doc: dict, path: str, profile: Profile) -> dict[str, str]:
+    """The JSON paths of the output's strings that the rules kept by design, each with its kind (`uri` for a
+    URI, else `kept`): an element or datatype the profile lists under leak_guard.kept_by_design (Coding.display,
+    Address.state, uri, ...) whose rule at that place is `keep`, so that its value is the input's, unchanged."""
+    found: dict[str, str] = {}
     if profile.kept_by_design:
         rtype = doc.get("resourceType")
         _find_kept(doc, rtype, rtype, True, path, profile, found)
@@ -272,13 +320,14 @@ def _find_kept(node: dict, type_name, fpath: str, is_resource: bool, path: str, 
                 _find_kept(item, rtype, str(rtype), True, item_path, profile, found)
             elif type(item) is dict:
                 _find_kept(item, el.type, f"{fpath}.{el.name}", False, item_path, profile, found)
-            elif type(item) is str and f"{type_name}.{el.name}" in profile.kept_by_design:
+            elif type(item) is str and (f"{type_name}.{el.name}" in profile.kept_by_design
+                                        or el.type in profile.kept_by_design):
                 rule = profile.lookup(f"{fpath}.{el.name}", type_name, is_resource, el.name, el.type)
                 if (rule or profile.default_primitive).method == "keep" and (rule is None or rule.test is None):
-                    found.add(item_path)  # (a conditional keep may not have kept this value)
+                    found[item_path] = "uri" if el.type in URI_TYPES else "kept"  # (a conditional keep may not have kept it)
 
 
-def _unless_kept(strings: list[tuple[str, str]], kept: set[str]) -> list[tuple[str, str]]:
+def _unless_kept(strings: list[tuple[str, str]], kept: dict[str, str]) -> list[tuple[str, str]]:
     return [(p, text) for p, text in strings if p not in kept] if kept else strings
 
 

@@ -1,12 +1,12 @@
 """FHIR element types from fhir.resources' models: R4 from the R4B models (R4B shares R4's datatypes), R5 from
-the package's own (R5) models.
+the package's own (R5) models, STU3 from its STU3 models.
 
 The walker needs, for each JSON key of a resource or datatype, the element's FHIR type, whether it
 is a list and whether it is required. Reading that from the model classes (instead of validating
 every resource) lets trusted bulk input take a fast path with the same rules.
 
 Building a model class costs pydantic tens of milliseconds, so the models' answers for every type are kept
-in a table per version beside this module (`r4b-elements.json`, `r5-elements.json`), and a run with
+in a table per version beside this module (`r4b-elements.json`, `r5-elements.json`, `stu3-elements.json`), and a run with
 validation off imports no model at all. `python -m fhir_transforms.r4.schema` writes the tables again from
 the installed models; tests/r4/test_schema_table.py checks that they still match them.
 """
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-FHIR_VERSIONS = ("r4", "r5")
-MODELS = {"r4": "fhir.resources.R4B", "r5": "fhir.resources"}  # the package of each version's models
+FHIR_VERSIONS = ("r4", "r5", "stu3")
+MODELS = {"r4": "fhir.resources.R4B", "r5": "fhir.resources", "stu3": "fhir.resources.STU3"}  # each version's models
 TABLES = {version: Path(__file__).with_name(f"{'r4b' if version == 'r4' else version}-elements.json")
           for version in FHIR_VERSIONS}
 # Primitive annotation class name (fhir_core types) → FHIR primitive type name.
@@ -89,7 +89,12 @@ def elements(type_name: str, version: str = "r4") -> dict[str, Element]:
         fields = _table(version)["types"][type_name]
     except KeyError:
         raise ValueError(f"{type_name} is not a valid FHIR Model") from None
-    return {key: Element(*field[:5], tuple(field[5]), field[6]) for key, field in fields.items()}
+    found = {key: Element(*field[:5], tuple(field[5]), field[6]) for key, field in fields.items()}
+    if type_name == "Extension":  # FHIR JSON gives value[x] its primitive extensions; the models have no field
+        for key, el in list(found.items()):
+            if key.startswith("value") and el.type in PRIMITIVES.values():
+                found["_" + key] = Element(key, "Element", False, False)
+    return found
 
 
 @lru_cache(maxsize=4096)

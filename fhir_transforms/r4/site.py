@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 
 from fhir_transforms.r4.schema import PRIMITIVES, elements, is_resource_type
 from fhir_transforms.r4.shapes import R4_ONLY
-from fhir_transforms.rules import MAPPINGS, Profile, load_profile, profile_from_doc, read_profile_file
+from fhir_transforms.rules import MAPPINGS, Profile, load_profile, profile_from_doc, read_profile_file, with_safe_harbor_gaps
 from fhir_transforms.site_rules import RulesFileError, SiteRules, as_rules_error, merge
 
 PRIMITIVE_NAMES = frozenset(PRIMITIVES.values()) | {"boolean"}
@@ -89,7 +89,7 @@ def site_profile(site: SiteRules) -> Profile:
     for version, section in (part.get("fhir_versions") or {}).items():
         _mark_site_rules(profile.version_rules.get(version, {}), set((section or {}).get("rules") or {}),
                          {**packaged.rules, **packaged.version_rules.get(version, {})})
-    return profile
+    return with_safe_harbor_gaps(profile, [k for k, v in (part.get("rules") or {}).items() if v is None])
 
 
 def _mark_site_rules(rules: dict, site_keys: set[str], packaged: dict) -> None:

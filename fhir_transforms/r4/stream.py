@@ -70,6 +70,7 @@ def deidentify_entries(engine: Deidentifier, header: dict, before: list[str], en
     patients: list[str] = []
     limits = dict(linked_age_limits or {})
     people: set[KnownIdentifier] = set()
+    things: set[str] = set()
 
     def take(resources: Iterable[dict]) -> None:
         for r in resources:
@@ -79,6 +80,7 @@ def deidentify_entries(engine: Deidentifier, header: dict, before: list[str], en
                 if (limit := age_limit(r.get("birthDate"), today)) is not None:
                     limits[r.get("id") or ""] = limit
         people.update(known_ids.collect(resources))
+        things.update(known_ids.thing_names(resources))
 
     take(list(iter_resources(header)))
     for entry in entries():
@@ -101,6 +103,7 @@ def deidentify_entries(engine: Deidentifier, header: dict, before: list[str], en
         ctx.age_limits.update(limits)
         ctx.targets.update(targets)
         ctx.known = known
+        ctx.thing_names = tuple(sorted(things))
         return ctx
 
     def batches(ctx: RecordContext, bundle) -> Iterator[list[tuple[int, object, bool]]]:

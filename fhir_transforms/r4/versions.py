@@ -18,20 +18,23 @@ import re
 from typing import Iterable
 
 from fhir_transforms.errors import InputError
-from fhir_transforms.r4.schema import FHIR_VERSIONS, is_resource_type
+from fhir_transforms.r4.schema import FHIR_VERSIONS, elements, is_resource_type
 from fhir_transforms.r4.shapes import R4_ONLY
 
 AUTO = "auto"
 DEFAULT = "r4"
 VERSION_NUMBER_RE = re.compile(r"^(\d+)\.(\d+)")
-NUMBERED = {(4, 0): "r4", (4, 3): "r4", (5, 0): "r5"}  # FHIR release numbers → the models that read them
-CORE_PROFILE_RE = re.compile(r"^http://hl7\.org/fhir/(?:(?P<release>R4B?|R5|4\.0|4\.3|5\.0)/)?StructureDefinition/"
-                             r"(?P<type>[A-Za-z]+)(?:\|(?P<number>[0-9.]+))?$")
-RELEASES = {"R4": "r4", "R4B": "r4", "4.0": "r4", "4.3": "r4", "R5": "r5", "5.0": "r5"}
+NUMBERED = {(3, 0): "stu3", (4, 0): "r4", (4, 3): "r4", (5, 0): "r5"}  # FHIR release numbers → the models that read them
+CORE_PROFILE_RE = re.compile(r"^http://hl7\.org/fhir/(?:(?P<release>STU3|R4B?|R5|3\.0|4\.0|4\.3|5\.0)/)?"
+                             r"StructureDefinition/(?P<type>[A-Za-z]+)(?:\|(?P<number>[0-9.]+))?$")
+RELEASES = {"STU3": "stu3", "3.0": "stu3", "R4": "r4", "R4B": "r4", "4.0": "r4", "4.3": "r4", "R5": "r5", "5.0": "r5"}
+# Versions whose own elements mark a record: STU3's elements that R4 and R5 renamed or dropped (Condition.assertedDate,
+# Claim.organization) are how most STU3 senders, who name no version, can be told apart; R4 and R5 are told by types.
+ELEMENT_MARKED = ("stu3",)
 
 
 def of_number(number: str) -> str | None:
-    """r4 or r5 for a FHIR version number (4.0.1, 4.3.0, 5.0.0, 5.0), else None."""
+    """stu3, r4 or r5 for a FHIR version number (3.0.2, 4.0.1, 4.3.0, 5.0.0, 5.0), else None."""
     m = VERSION_NUMBER_RE.match(number.strip()) if isinstance(number, str) else None
     return NUMBERED.get((int(m.group(1)), int(m.group(2)))) if m else None
 
@@ -52,16 +55,23 @@ def markers(resources: Iterable[dict]) -> dict[str, set[str]]:
                 found.setdefault(version, set()).add("meta.profile")
         if isinstance(rtype, str) and (version := _only_in(rtype)) is not None:
             found.setdefault(version, set()).add(f"resourceType {rtype}")
+        for version in ELEMENT_MARKED:
+            if isinstance(rtype, str) and (key := _own_element(res, rtype, version)):
+                found.setdefault(version, set()).add(f"{rtype}.{key}")
     return found
 
 
 def detect(resources: Iterable[dict], path: str) -> str:
     """The version the record's markers name; R4 without any; InputError if they disagree."""
     found = markers(resources)
+    if "stu3" in found and "r4" in found:  # a type R4 has and R5 dropped (Media) is STU3's too: no disagreement
+        found["r4"] = {m for m in found["r4"] if not (m.startswith("resourceType ") and is_resource_type(m[13:], "stu3"))}
+        if not found["r4"]:
+            del found["r4"]
     if len(found) > 1:
         said = "; ".join(f"{v.upper()}: {', '.join(sorted(found[v]))}" for v in sorted(found))
         raise InputError(f"{path}: the record names more than one FHIR version ({said}); "
-                         "give the version it is written in (--fhir-version r4 or r5)")
+                         f"give the version it is written in (--fhir-version {' or '.join(FHIR_VERSIONS)})")
     return next(iter(found), DEFAULT)
 
 
@@ -82,10 +92,21 @@ def _profile_version(url, rtype) -> str | None:
 
 
 def _only_in(rtype: str) -> str | None:
+    """The version a resource type marks: R4 or R5 where only one of them has it (as before STU3 was read), STU3
+    where neither does and STU3 has it."""
     in_r4, in_r5 = is_resource_type(rtype, "r4") or rtype in R4_ONLY, is_resource_type(rtype, "r5")
-    if in_r4 == in_r5:
+    if in_r4 != in_r5:
+        return "r5" if in_r5 else "r4"
+    return "stu3" if not in_r4 and is_resource_type(rtype, "stu3") else None
+
+
+def _own_element(res: dict, rtype: str, version: str) -> str | None:
+    """A top-level element of `res` that only `version`'s resource type has, if any."""
+    if not is_resource_type(rtype, version):
         return None
-    return "r5" if in_r5 else "r4"
+    own = elements(rtype, version)
+    others = [elements(rtype, v) for v in FHIR_VERSIONS if v != version and is_resource_type(rtype, v)]
+    return next((k for k in res if k in own and not any(k in o for o in others)), None)
 
 
 def resources_of(doc) -> Iterable[dict]:

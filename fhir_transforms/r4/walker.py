@@ -12,13 +12,13 @@ from datetime import date
 from types import MappingProxyType
 from typing import Callable, Mapping
 
-from fhir_transforms import dates
+from fhir_transforms import dates, safe_harbor_gaps
 from fhir_transforms.r4 import references
 from fhir_transforms.errors import InputError, UnknownModifier
 from fhir_transforms.r4.methods import BY_PATIENT, BY_VALUE, DATA_ABSENT, METHODS, REMOVE, TextRef, reused_by
 from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.rules import Profile, Rule
-from fhir_transforms.known import FULL_DATE_RE, is_one_of, type_codes
+from fhir_transforms.known import FULL_DATE_RE, THING_TYPES, identifier_category, is_one_of, names_a_thing, type_codes
 from fhir_transforms.r4.schema import PRIMITIVES, Element, declared_targets, elements, is_resource_type
 from fhir_transforms.r4.shapes import R4_ONLY, datatype_of, primitive_of
 from text_deid.spans import KnownIdentifier
@@ -29,6 +29,7 @@ SECURITY_SYSTEM = "http://terminology.hl7.org/CodeSystem/v3-ObservationValue"
 KEY_TAG_SYSTEM = "http://deid-adapter.org/fhir/CodeSystem/key-id"
 PROFILE_TAG_SYSTEM = "http://deid-adapter.org/fhir/CodeSystem/deid-profile"
 SITE_RULES_TAG_SYSTEM = "http://deid-adapter.org/fhir/CodeSystem/site-rules"  # code: the site rules file's SHA-256
+DEID_STATUS_TAG_SYSTEM = "http://deid-adapter.org/fhir/CodeSystem/deid-status"  # code: not-safe-harbor
 PATIENT_LINKS = ("subject", "patient", "beneficiary")
 RELATIVE_ELEMENTS = ("born", "age", "deceased")  # FamilyMemberHistory elements that describe the relative
 NO_OPTIONS: Mapping = MappingProxyType({})
@@ -118,6 +119,8 @@ class RecordContext:
     # resources many times over; None where each pseudonym issued is reported
     outcomes: defaultdict | None = field(init=False, default=None)
     known_seen: set = field(default_factory=set)  # (value, category) already in `known`
+    resource_ids: set = field(default_factory=set)  # the known identifiers that are resource ids and references
+    thing_names: tuple = ()  # the names of the record's organizations, locations and devices (known.thing_names)
     age_limits: dict = field(default_factory=dict)  # patient id → the year they turned 90 (patients aged 90+ only)
     record_key: str = ""  # the record as given (its type and id): `shift` with scope record keys its offset on it
     targets: dict = field(default_factory=dict)  # fullUrl or #id → resourceType of the record's own resources
@@ -199,6 +202,14 @@ class Site:
                 seen.add(key)
                 self.ctx.known.add(KnownIdentifier(value, category))
 
+    def record_identifier(self, value) -> None:
+        """An Identifier's value is a known identifier of the record, except one of an organization, location or
+        device that is a name of one of the record's (a software's identifier is often its name): it names no person,
+        and would mask the names of organizations and devices the rules keep."""
+        if self.res.type in THING_TYPES and names_a_thing(value, self.ctx.thing_names):
+            return
+        self.record_known(value, identifier_category(self.parent))
+
     def generated(self) -> None:
         self.ctx.generated.add(self.container, self.slot)
 
@@ -212,6 +223,7 @@ class Site:
         a narrative they would link each pseudonym to its original."""
         for found in references.original_ids(value, rtype):
             self.record_known(found, "UNIQUE_IDENTIFIER")
+            self.ctx.resource_ids.add(found)
 
     @property
     def resource_type(self) -> str:
@@ -389,9 +401,11 @@ def stamp_all(ctx: RecordContext) -> None:
     for _, state in ctx.walked:  # contained resources are walked (and listed) before their container
         if state.container is not None:
             state.container.labels |= state.labels
-    stamps = [(KEY_TAG_SYSTEM, ctx.pseudo.key_id), (PROFILE_TAG_SYSTEM, f"{ctx.profile.name}@{ctx.profile.version}")]
+    stamps = [(KEY_TAG_SYSTEM, ctx.pseudo.key_id), (PROFILE_TAG_SYSTEM, safe_harbor_gaps.label(ctx.profile))]
     if ctx.profile.rules_sha256:  # made with a site rules file: outputs of other rules never pass as the same release
         stamps.append((SITE_RULES_TAG_SYSTEM, ctx.profile.rules_sha256))
+    if ctx.profile.safe_harbor_gaps:  # full shifted dates, kept values: a reader must not take it for Safe Harbor
+        stamps.append((DEID_STATUS_TAG_SYSTEM, safe_harbor_gaps.NOT_SAFE_HARBOR))
     for res, state in ctx.walked:
         if state.container is None:
             _stamp(res, state, ctx, stamps)
@@ -561,6 +575,7 @@ def _walk_complex(node: dict, plan: dict[str, _Step], path: JsonPath, ctx: Recor
                 result = _apply(node, key, value, step, step.rule, step.method, step.marking, sub_path, node, key, ctx, state)
             if result is REMOVE:
                 del node[key]
+                _absent_in_place(node, key, step, ctx)
             elif type(result) is TextRef:
                 _pend(ctx, result, node, key, sub_path, state.labels)
             else:
@@ -608,9 +623,7 @@ def _absent_if_required(emptied: dict, step: _Step, ctx: RecordContext) -> bool:
     facility name a site removes) stays, marked data-absent (masked), so that the resource is still valid."""
     if not (step.element.required or _model_requires(step.owner, step.element.name, ctx.profile.fhir_version)):
         return False
-    mark = {"url": DATA_ABSENT, "valueCode": "masked"}
-    ctx.generated.add(mark, "valueCode")
-    emptied["extension"] = [mark]
+    emptied["extension"] = [_absent_mark(ctx)]
     return True
 
 
@@ -629,11 +642,14 @@ def _model_requires(owner: str, name: str, version: str) -> bool:
 def _walk_values(node: dict, key: str, step: _Step, path: JsonPath, ctx: RecordContext, state: ResourceState) -> None:
     el, profile = step.element, ctx.profile
     sub_path = (path, key)
-    values = node[key] if type(node[key]) is list else [node[key]]
+    if (type(node[key]) is list) is not el.is_list:  # only reachable without validation: a cardinality error
+        raise InputError(f"{path_text(sub_path)}: expected {'a list' if el.is_list else 'one value, not a list'}"
+                         f" ({el.type})")
+    values = node[key] if el.is_list else [node[key]]
     if key == "modifierExtension":
         _check_modifiers(values, profile, sub_path)
     if el.type == "Extension":
-        allowed = [v for v in values if type(v) is dict and is_one_of(v.get("url"), profile.extension_allow)]
+        allowed = _allowed_extensions(node, values, step.owner, profile)
         if len(allowed) != len(values):
             state.labels.add("REDACTED")
         values = allowed
@@ -661,6 +677,58 @@ def _walk_values(node: dict, key: str, step: _Step, path: JsonPath, ctx: RecordC
         node[key] = out if is_list else out[0]
     else:
         del node[key]
+        _absent_in_place(node, key, step, ctx)
+
+
+def _absent_in_place(node: dict, key: str, step: _Step, ctx: RecordContext) -> None:
+    """A required element the rules removed leaves valid FHIR (the element table says what is required): a
+    primitive keeps only a data-absent-reason `masked` extension (`_address` for Endpoint.address), a complex
+    element an object holding only that extension. A required choice is the date methods' (`_mask_date`)."""
+    el = step.element
+    if key.startswith("_"):  # a primitive's own extensions, removed by its rule: the primitive decides
+        if key[1:] in node or (ctx.profile.fhir_version == "r4" and step.owner in R4_ONLY):
+            return
+        el = elements(step.owner, ctx.profile.fhir_version).get(key[1:])
+        if el is None:
+            return
+        key = key[1:]
+    if el.required_choice:
+        return
+    primitive = el.type in PRIMITIVE_TYPES
+    if not (el.required if primitive else _model_requires(step.owner, el.name, ctx.profile.fhir_version)):
+        return
+    if primitive and el.is_list:
+        return  # (codes of definitional resources, CapabilityStatement.format: no packaged rule removes one)
+    absent = {"extension": [_absent_mark(ctx)]}
+    if primitive:
+        node["_" + key] = absent
+    else:
+        node[key] = [absent] if el.is_list else absent
+
+
+def _absent_mark(ctx: RecordContext) -> dict:
+    mark = {"url": DATA_ABSENT, "valueCode": "masked"}
+    ctx.generated.add(mark, "valueCode")
+    return mark
+
+
+def _allowed_extensions(node: dict, values: list, owner: str, profile: Profile) -> list:
+    """The extensions of `values` the allow-list lets through, by what they hold: an extension it defines, with a
+    value of a type its definition allows; inside such an extension (`owner` Extension), a sub-extension it
+    defines. An allowed url the list does not define (`allow`) may hold anything, as may its sub-extensions
+    that are allowed urls themselves."""
+    allow = profile.extension_allow
+    kind = allow.get(node.get("url")) if owner == "Extension" and type(node.get("url")) is str else None
+    if kind is not None:  # sub-extensions of a defined extension: its parts only
+        return [v for v in values if type(v) is dict and type(v.get("url")) is str and v["url"] in kind.parts
+                and kind.fits(v, kind.parts[v["url"]])]
+    found = []
+    for v in values:
+        if type(v) is dict and is_one_of(v.get("url"), allow):
+            own = allow[v["url"]]
+            if own is None or own.fits(v):
+                found.append(v)
+    return found
 
 
 def _transform(node: dict, key: str, value, step: _Step, path: JsonPath, container, slot, ctx: RecordContext,

@@ -49,7 +49,12 @@ def test_without_a_matching_component_the_condition_is_false(site, test_key):
     assert work == "(217)555-0199^WPN^PH" and "555-0142" not in unmarked
 
 
-def test_msh8_carries_the_rules_hash(site, test_key):
+def test_msh8_carries_the_rules_hash(site, test_key, tmp_path):
+    # keeping the patient's own work number (PID-13) is more than Safe Harbor allows: named by the hash alone
     msh = run(hl7_site_profile(site), test_key)[0]
-    assert msh[7] == f"deid/{test_key.key_id}/safe-harbor+{site.sha256[:12]}"
+    assert msh[7] == f"deid/{test_key.key_id}/site.{site.sha256[:12]}/not-safe-harbor"
+    (tmp_path / "staff.yaml").write_text("extends: safe-harbor\nhl7v2:\n  fields:\n    STF.10: keep\n")
+    staff = read_site_rules(tmp_path / "staff.yaml")
+    msh = run(hl7_site_profile(staff), test_key)[0]
+    assert msh[7] == f"deid/{test_key.key_id}/safe-harbor+{staff.sha256[:12]}"
     assert run(load_hl7_profile("safe-harbor"), test_key)[0][7] == f"deid/{test_key.key_id}/safe-harbor"

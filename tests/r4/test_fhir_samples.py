@@ -19,7 +19,8 @@ def outputs(tmp_path_factory, test_key_file, other_key_file):
     base = tmp_path_factory.mktemp("fhir-out")
     runs = {}
     for name, key in (("a", test_key_file), ("b", test_key_file), ("other", other_key_file)):
-        proc = run_cli("fhir", str(SHARED / "fhir"), str(base / name), "--today", "2026-01-15", key_file=key)
+        proc = run_cli("fhir", str(SHARED / "fhir"), str(base / name), "--today", "2026-01-15", "--keep-file-names",
+                       key_file=key)
         runs[name] = (proc, base / name)
     return runs
 

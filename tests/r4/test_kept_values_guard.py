@@ -93,6 +93,7 @@ def test_the_engines_own_labels_and_tags_are_not_read_an_inputs_label_beside_the
     doc = {"resourceType": "Patient", "meta": {"security": security}}
     written = WrittenSlots()
     written.add(security, 1)  # the engine made the second label
-    assert output_texts(doc, written) == ["x", "Ann's"]
-    assert output_strings(doc, written, "Patient") == [("Patient.meta.security[0].code", "x"),
+    assert output_texts(doc, written) == ["http://example.org/labels", "x", "Ann's"]  # (systems read: #34)
+    assert output_strings(doc, written, "Patient") == [("Patient.meta.security[0].system", "http://example.org/labels"),
+                                                       ("Patient.meta.security[0].code", "x"),
                                                        ("Patient.meta.security[0].display", "Ann's")]

@@ -164,7 +164,7 @@ def test_the_service_under_8_concurrent_clients_answers_as_the_cli(tmp_path, tes
         (inputs / f"patient-{i:03d}.json").write_text(json.dumps(patient))
     for example in sorted((SHARED / "fhir" / "hl7-r4-examples").glob("*.json")):
         (inputs / example.name).write_bytes(example.read_bytes())
-    run_cli("fhir", str(inputs), str(tmp_path / "cli"), "--stack", "patterns", "--today", "2026-01-15",
+    run_cli("fhir", str(inputs), str(tmp_path / "cli"), "--stack", "patterns", "--today", "2026-01-15", "--keep-file-names",
             key_file=test_key_file, check=True)
     names = sorted(p.name for p in inputs.iterdir())
     # the service serializes compactly, the CLI with indentation: the CLI's output in the service's bytes

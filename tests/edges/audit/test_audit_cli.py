@@ -181,6 +181,17 @@ def test_vault_round_trip_denials_and_one_chain_across_edges(setup):
     assert t.verify().ok
 
 
+def test_a_vault_key_of_the_wrong_purpose_is_audited_as_such(setup):
+    # issue #36: the denial's recorded reason is what was wrong (a pseudonym key given), not "no vault key given"
+    deidentify(setup, "--vault", "--vault-key-file", str(setup["vault_key"]))
+    pseudo = Pseudonymizer(keys.load_key(setup["key_file"])).resource_id("pat-canary")
+    denied = cli("vault", "reidentify", pseudo, "--reason", "IRB-2026-17", "--vault-key-file", str(setup["key_file"]),
+                 env=setup["env"])
+    assert denied.exit_code == 2 and "pat-canary" not in denied.output
+    record = [r for r in trail(setup).export() if r["operation"] == "reidentify-denied"][-1]
+    assert "not a vault key" in record["detail"]["denied"]
+
+
 def test_vault_entry_moved_to_another_pseudonym_does_not_decrypt(setup):
     deidentify(setup, "--vault", "--vault-key-file", str(setup["vault_key"]))
     vault = Vault(setup["vault_store"])

@@ -149,3 +149,28 @@ def test_trusted_fast_path_gives_the_same_output(tmp_path, test_key_file, mode):
     fast = run_cli("fhir", str(src), str(tmp_path / "fast.json"), "--validate", mode, key_file=test_key_file, check=True)
     assert full.returncode == fast.returncode == 0
     assert (tmp_path / "full.json").read_bytes() == (tmp_path / "fast.json").read_bytes()
+
+
+# Issue #36: a run never reads its own outputs, and never skips an input without a word.
+_PATIENT = {"resourceType": "Patient", "id": "p1", "name": [{"family": "Zyxwortel"}]}
+_MSG = "MSH|^~\\&|A|B|C|D|20200101||ADT^A01|1|P|2.5.1\rPID|1||123^^^H^MR||Zyxwortel^Ann\r"
+
+
+@pytest.mark.parametrize("command, name, content", [("fhir", "p.json", json.dumps(_PATIENT)), ("hl7", "m.hl7", _MSG)])
+def test_output_inside_input_is_refused(tmp_path, test_key_file, command, name, content):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / name).write_text(content)
+    proc = run_cli(command, str(tmp_path / "in"), str(tmp_path / "in" / "out"), "--stack", "patterns",
+                   key_file=test_key_file)
+    assert proc.returncode == 2 and "inside INPUT" in proc.stderr
+    assert not (tmp_path / "in" / "out").exists()
+
+
+@pytest.mark.parametrize("command, name, content", [("fhir", "p.json", json.dumps(_PATIENT)), ("hl7", "m.hl7", _MSG)])
+def test_a_dangling_link_among_the_inputs_is_reported(tmp_path, test_key_file, command, name, content):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / name).write_text(content)
+    (tmp_path / "in" / f"gone{Path(name).suffix}").symlink_to(tmp_path / "nowhere")
+    proc = run_cli(command, str(tmp_path / "in"), str(tmp_path / "out"), "--stack", "patterns", key_file=test_key_file)
+    assert proc.returncode == 2 and "lead nowhere" in proc.stderr and "gone" in proc.stderr
+    assert not (tmp_path / "out").exists()

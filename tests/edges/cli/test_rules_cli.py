@@ -136,7 +136,7 @@ def test_the_example_rules_file_end_to_end(tmp_path, test_key_file):
     for path in synthea:
         shutil.copy(path, src / path.name)
     result = cli("fhir", str(src), str(out), "--rules", str(EXAMPLE), "--key-file", str(test_key_file), "--stack",
-                 "patterns", "--today", "2026-01-15")
+                 "patterns", "--today", "2026-01-15", "--keep-file-names")
     assert result.exit_code == 0, result.output
     made = {e["resource"]["resourceType"] + e["resource"].get("onsetAge", {}).get("comparator", ""): e["resource"]
             for e in json.loads((out / "site.json").read_text())["entry"]}

@@ -28,7 +28,7 @@ def server(tmp_path_factory, test_key_file):
 
 def test_each_synthea_bundle_over_http_equals_the_cli_output(server, tmp_path, test_key_file):
     bundles = sorted((SHARED / "fhir" / "synthea-bundles").glob("*.json"))
-    run_cli("fhir", str(SHARED / "fhir" / "synthea-bundles"), str(tmp_path / "cli"), "--today", "2026-01-15",
+    run_cli("fhir", str(SHARED / "fhir" / "synthea-bundles"), str(tmp_path / "cli"), "--today", "2026-01-15", "--keep-file-names",
             key_file=test_key_file, check=True)
     for path in bundles:
         resp = post(server, path.read_bytes())

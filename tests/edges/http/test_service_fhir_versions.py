@@ -44,7 +44,7 @@ def test_versions_that_disagree_or_are_unknown_are_refused(server):
     doc = json.loads(OLD.read_text())
     assert_outcome(post(server, wrapped(doc, "r4"), headers=R5_MEDIA), 400)
     assert_outcome(post(server, wrapped(doc, "r7")), 400)
-    assert_outcome(post(server, doc, headers={"Content-Type": "application/fhir+json; fhirVersion=3.0"}), 415)
+    assert_outcome(post(server, doc, headers={"Content-Type": "application/fhir+json; fhirVersion=2.0"}), 415)
 
 
 def test_the_start_up_option_sets_the_version_of_unnamed_requests(tmp_path, test_key_file):

@@ -88,3 +88,45 @@ def test_many_spellings_of_a_profile_do_not_grow_the_engine_cache(service):
         assert "unknown profile" in outcome_of(resp, 400)
     assert post(service, PATIENT).status_code == 200  # the default profile and stack: the same engine
     assert engines == before and len(engines) == 1
+
+
+# Issue #36, the smaller items: what a request names is never echoed, each in-parameter counts once, the API
+# description is not served, and a body with two framings is refused.
+
+def _parameters(*params: dict) -> dict:
+    return {"resourceType": "Parameters", "parameter": list(params)}
+
+
+def test_a_parameter_given_twice_is_refused_not_guessed(service):
+    first, second = {**PATIENT, "id": "p1"}, {**PATIENT, "id": "p2"}
+    for doc in (_parameters({"name": "resource", "resource": first}, {"name": "resource", "resource": second}),
+                _parameters({"name": "resource", "resource": first}, {"name": "profile", "valueString": "safe-harbor"},
+                            {"name": "profile", "valueString": "longitudinal"})):
+        assert "given 2 times" in outcome_of(post(service, doc), 400)
+
+
+def test_an_unknown_stack_or_profile_is_400_and_not_echoed(service):
+    odd = "Zyxwortel-stack-617-555-0142"
+    for name in ("stack", "profile"):
+        resp = post(service, _parameters({"name": "resource", "resource": PATIENT}, {"name": name, "valueString": odd}))
+        diagnostics = outcome_of(resp, 400)
+        assert f"unknown {name}" in diagnostics and odd not in resp.text
+
+
+def test_the_api_description_is_not_served(service):
+    resp = httpx.get(service["base"] + "/openapi.json")
+    assert resp.status_code == 404 and "paths" not in resp.text
+
+
+def test_content_length_beside_transfer_encoding_is_refused(service):
+    body = b'{"resourceType": "Patient", "id": "p1"}'
+    chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+    host, port = service["base"].removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(b"POST /fhir/$de-identify HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + service["token"].encode()
+                  + b"\r\nContent-Type: application/fhir+json\r\nContent-Length: %d\r\n" % len(chunked)
+                  + b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n" + chunked)
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    assert answer.split(b" ", 2)[1] == b"400", answer[:200]

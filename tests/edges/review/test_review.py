@@ -13,10 +13,10 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from adapter.review.app import create_review_app
-from adapter.review.auth import UsersFileError, UserStore, check_password, hash_password
+from adapter.review.app import create_review_app, review_reason
+from adapter.review.auth import UsersFileError, UserStore, add_user, check_password, hash_password
 from adapter.review.export import export_examples
-from adapter.review.flow import DecidedStack, DecisionError, decide, release, route
+from adapter.review.flow import MAX_DECISIONS, DecidedStack, DecisionError, decide, release, route
 from adapter.review.queue import (
     QueueError,
     ReviewQueue,
@@ -30,12 +30,14 @@ from fhir_transforms.errors import RecordRefused
 from tests.support import (
     NOTE,
     PASSWORDS,
+    THRESHOLDS,
     LiveServer,
     make_setup,
     observation,
     released_text,
     secrets_of,
 )
+from tests.conftest import write_key
 from text_deid.spans import DetectorError
 
 
@@ -391,3 +393,65 @@ def test_a_record_held_before_texts_had_paths_is_matched_in_order(setup):
     stack = DecidedStack(setup.engine.stack, old, [[] for _ in old], None)
     with pytest.raises(DetectorError, match="differ"):
         stack.detect_many([t.text for t in reversed(old)], ())
+
+
+# Issue #36, the smaller items of the review page.
+
+def test_a_name_locked_by_someone_else_still_opens_to_its_owner(setup):
+    now = [1000.0]
+    config = setup.config()
+    config.throttle = LoginThrottle(max_per_user=3, max_per_address=50, window_s=60, lockout_s=900, clock=lambda: now[0])
+    app = create_review_app(config)
+    attacker = TestClient(app, client=("10.9.9.66", 4000))
+    assert [_attempt(attacker, "rita", "wrong").status_code for _ in range(3)] == [401, 401, 401]
+    assert _attempt(attacker, "rita", PASSWORDS["rita"]).status_code == 429  # locked where it failed
+    owner = TestClient(app, client=("10.0.0.7", 5000))
+    assert _attempt(owner, "rita", PASSWORDS["rita"]).status_code == 303  # not where it did not
+    other = TestClient(app, client=("10.9.9.67", 4001))
+    assert _attempt(other, "rita", "wrong").status_code == 401
+    assert _attempt(other, "rita", PASSWORDS["rita"]).status_code == 429  # a locked name's next failure locks at once
+
+
+def test_short_passwords_are_refused(tmp_path):
+    with pytest.raises(UsersFileError, match="at least 8"):
+        add_user(tmp_path / "users.json", "tina", "reviewer", "north", "x")
+
+
+def test_a_discard_reason_is_kept_only_from_the_list_else_hashed():
+    assert review_reason("Duplicate") == "duplicate"
+    kept = review_reason("patient Zyxwortel asked to be left out")
+    assert kept.startswith("other sha256:") and "Zyxwortel" not in kept
+
+
+def test_decisions_are_deduplicated_capped_and_never_echoed(setup):
+    held = setup.queue.open(setup.hold(), "north")
+    add = {"text": 1, "start": 0, "end": 4, "category": "NAME", "action": "add"}
+    decided = decide(held, [add] * 500, setup.thresholds)
+    assert sum(d.action == "add" for d in decided) == 1
+    with pytest.raises(DecisionError, match="more than"):
+        decide(held, [add] * (MAX_DECISIONS + 1), setup.thresholds)
+    with pytest.raises(DecisionError) as e:
+        decide(held, [{"text": 1, "origin": 0, "category": "Zyxwortel", "action": "change"}], setup.thresholds)
+    assert "Zyxwortel" not in str(e.value)
+
+
+def test_review_serve_trusts_forwarded_headers_only_from_a_named_proxy(monkeypatch, setup):
+    import uvicorn
+    from typer.testing import CliRunner
+    from adapter.cli.main import app as cli_app
+
+    served = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: served.append((app, kw)))
+    (setup.root / "thresholds.json").write_text(json.dumps(THRESHOLDS))
+    write_key(setup.root / "site.key", bytes(range(32)))
+    args = ["review", "serve", "--users", str(setup.users_file), "--out", str(setup.out_dir), "--config",
+            str(setup.root / "thresholds.json"), "--queue", setup.queue.url, "--review-key-file",
+            str(setup.root / "review.key"), "--key-file", str(setup.root / "site.key"), "--stack", "patterns"]
+    for extra, behind_proxy in (([], False), (["--trusted-proxy", "10.0.0.1", "--behind-tls"], True)):
+        result = CliRunner().invoke(cli_app, args + extra)
+        assert result.exit_code == 0, result.output
+        app, settings = served[-1]
+        assert settings["proxy_headers"] is behind_proxy
+        assert settings["forwarded_allow_ips"] == ("10.0.0.1" if behind_proxy else "")
+        cookie = TestClient(app).get("/login").headers["set-cookie"]
+        assert ("secure" in cookie.lower()) is behind_proxy
