@@ -1,5 +1,6 @@
-"""Numbers for the NER model: per-category recall/precision on held-out synthetic notes and on a gold
-JSONL (e.g. ASQ-PHI tuning), for the NER alone and for stacks, plus tokens/s on one thread.
+"""Numbers for the NER model: per-category recall/precision on held-out synthetic notes, on held-out world
+documents (`world.generate_world`, also recall per form: single, lowercase, upper, non-ascii, multi-part)
+and on a gold JSONL (e.g. ASQ-PHI tuning), for the NER alone and for stacks, plus tokens/s on one thread.
 
     python -m text_deid.ner_training.measure --gold ../shared/data/asq-phi/tuning.jsonl --stacks patterns ner-only
 """
@@ -14,6 +15,7 @@ from text_deid.evaluation import evaluate
 from text_deid.stack import build_stack
 from text_deid.detectors.ner import NerDetector
 from text_deid.ner_training.synth import generate
+from text_deid.ner_training.world import generate_world
 
 
 def per_category_precision(gold, pred):
@@ -28,6 +30,20 @@ def per_category_precision(gold, pred):
     return {c: round(hit[c] / tot[c], 4) for c in sorted(tot)}
 
 
+def per_form_recall(gold, pred):
+    """Recall (any overlap, any category) of the gold spans that carry a "form", per category and form."""
+    hit, tot = Counter(), Counter()
+    for rec in gold:
+        ps = pred.get(rec["id"], [])
+        for g in rec["spans"]:
+            if "form" not in g:
+                continue
+            key = f"{g['category']}/{g['form']}"
+            tot[key] += 1
+            hit[key] += any(p["start"] < g["end"] and g["start"] < p["end"] for p in ps)
+    return {k: (round(hit[k] / tot[k], 4), tot[k]) for k in sorted(tot)}
+
+
 def run(name, gold, detect):
     pred = {r["id"]: [s.to_json() for s in detect(r["text"])] for r in gold}
     res = evaluate(gold, pred, resamples=200, seed=0)
@@ -35,6 +51,8 @@ def run(name, gold, detect):
            for k in ("span_recall", "span_precision", "char_recall", "hard_negative_over_redaction", "strict_f1")}
     out["per_category_recall"] = {c: (v["recall"]["value"], v["gold"]) for c, v in res["per_category"].items()}
     out["per_category_precision"] = per_category_precision(gold, pred)
+    if any("form" in g for rec in gold for g in rec["spans"]):
+        out["per_form_recall"] = per_form_recall(gold, pred)
     print(name, json.dumps(out), flush=True)
     return out
 
@@ -43,12 +61,15 @@ def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--gold", action="append", default=[])
     ap.add_argument("--heldout", type=int, default=1500)
+    ap.add_argument("--world", type=int, default=1500, help="held-out world documents (seed 3)")
     ap.add_argument("--stacks", nargs="*", default=["patterns", "ner-only"])
     ap.add_argument("--sweep", nargs="*", type=float, default=[], help="also score the NER alone at these thresholds")
     ap.add_argument("--model", default=None)
     a = ap.parse_args(argv)
     ner = NerDetector(model_path=a.model)
     sets = {"synthetic-heldout": generate(a.heldout, seed=2, split="heldout")}
+    if a.world:
+        sets["world-heldout"] = generate_world(a.world, seed=3, split="heldout")
     for g in a.gold:
         with open(g) as fh:
             sets[g] = [json.loads(line) for line in fh]

@@ -30,7 +30,7 @@ import math
 import os
 import random
 import time
-from text_deid.ner_training import export, synth
+from text_deid.ner_training import export, synth, world
 
 # model entity types and the gold categories folded into each (others are "O" for the model)
 TYPE_OF_CATEGORY = {
@@ -128,6 +128,12 @@ def main(argv=None) -> None:
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--init", default=None, help="fine-tune this model (its tokenizer and weights) instead of "
                                                  "training one from scratch")
+    ap.add_argument("--world", type=int, default=0, help="also this many documents with the world's names and "
+                                                         "places (world.generate(world=...))")
+    ap.add_argument("--extend-vocab", type=int, default=0, help="with --init: add up to this many characters the "
+                    "tokenizer cannot spell (most frequent first), as word-initial and ##-continuation tokens")
+    ap.add_argument("--checkpoint-every", type=int, default=100, help="steps between checkpoints in --workdir")
+    ap.add_argument("--resume", action="store_true", help="continue from --workdir/checkpoint.pt (same arguments)")
     ap.add_argument("--workdir", default="build/ner", help="where `--prepare-only` writes docs.jsonl and lists.txt")
     ap.add_argument("--prepare-only", action="store_true", help="only generate the synthetic corpus into --workdir")
     ap.add_argument("--from-workdir", action="store_true", help="read the corpus from --workdir instead of generating")
@@ -142,7 +148,7 @@ def main(argv=None) -> None:
     else:
         if not synth.common_words("train"):  # without them every ordinary word looks like PHI to the model
             raise SystemExit("train: the English word list is missing; pip install '.[ner-train]'")
-        docs = synth.generate(a.n_docs, seed=1, split="train")
+        docs = world.generate(a.n_docs, seed=1, split="train", world=a.world)
         p = synth.pools("train")
         lists = [" ".join(p.first), " ".join(p.last[:30000]), " ".join(c for c, _ in p.cities), " ".join(p.counties),
                  " ".join(n for n, _ in p.states), " ".join(synth.DRUGS_BRAND + synth.DRUGS_GENERIC),
@@ -171,6 +177,9 @@ def main(argv=None) -> None:
         from transformers import PreTrainedTokenizerFast
 
         tokenizer = PreTrainedTokenizerFast.from_pretrained(a.init, local_files_only=True)
+        added = extend_vocab(tokenizer, [d["text"] for d in docs], a.extend_vocab) if a.extend_vocab else []
+        if added:
+            tokenizer = _with_chars(tokenizer, added)
     else:
         tokenizer = build_tokenizer([d["text"] for d in docs] + lists, a.vocab)
     t_tok = time.time() - t0
@@ -188,6 +197,8 @@ def main(argv=None) -> None:
         model = BertForTokenClassification.from_pretrained(a.init, local_files_only=True, dtype=torch.float32).to(dev)
         if [model.config.id2label[i] for i in range(len(LABELS))] != LABELS:
             raise SystemExit(f"train: {a.init} has other labels than {LABELS}")
+        if added:
+            _init_char_embeddings(model, tokenizer, added)
     else:
         model = BertForTokenClassification(config).to(dev)
     n_params = sum(p.numel() for p in model.parameters())
@@ -201,6 +212,16 @@ def main(argv=None) -> None:
     model.train()
     step, t_train = 0, time.time()
     order: list[int] = []
+    ckpt = os.path.join(a.workdir, "checkpoint.pt")
+    if a.resume and os.path.exists(ckpt):
+        state = torch.load(ckpt, weights_only=False)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        sched.load_state_dict(state["sched"])
+        step, order, t_train = state["step"], state["order"], time.time() - state["train_s"]
+        rng.setstate(state["rng"])
+        torch.set_rng_state(state["torch_rng"])
+        print(f"resumed at step {step}/{total}", flush=True)
     while step < total:
         if not order:
             # length-bucketed batches: sort a shuffled pool by length so padding stays small
@@ -231,6 +252,12 @@ def main(argv=None) -> None:
         step += 1
         if step % 100 == 0 or step == total:
             print(f"step {step}/{total}  loss {loss.item():.4f}  {time.time() - t_train:.0f}s", flush=True)
+        if a.checkpoint_every and step % a.checkpoint_every == 0 and step < total:
+            os.makedirs(a.workdir, exist_ok=True)
+            torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(), "step": step,
+                        "order": order, "rng": rng.getstate(), "torch_rng": torch.get_rng_state(),
+                        "train_s": time.time() - t_train}, ckpt + ".partial")
+            os.replace(ckpt + ".partial", ckpt)
     train_s = time.time() - t_train
 
     os.makedirs(a.out, exist_ok=True)
@@ -239,16 +266,61 @@ def main(argv=None) -> None:
     tokenizer.save_pretrained(a.out)
     with open(os.path.join(a.out, "labels.json"), "w") as fh:
         json.dump(LABEL_MAP, fh, indent=1)
-    meta = {k: v for k, v in vars(a).items() if k not in ("out", "workdir", "prepare_only", "from_workdir")}
+    meta = {k: v for k, v in vars(a).items()
+            if k not in ("out", "workdir", "prepare_only", "from_workdir", "resume", "checkpoint_every")}
     if a.init:
-        meta.update(init=os.path.relpath(a.init), init_training=_previous_training(a.init))
+        meta.update(init=os.path.relpath(a.init), init_training=_previous_training(a.init), added_chars=len(added))
     meta.update(n_docs=len(docs), n_params=n_params, n_chunks=len(data), n_tokens=n_tokens, steps=total,
                 tokenizer_s=round(t_tok, 1), train_s=round(train_s, 1), total_s=round(time.time() - t0, 1),
-                torch=torch.__version__, synth="text_deid.ner_training.synth.generate(n_docs, seed=1, split='train')")
+                torch=torch.__version__,
+                synth=f"text_deid.ner_training.world.generate(n_docs, seed=1, split='train', world={a.world})")
     with open(os.path.join(a.out, "training.json"), "w") as fh:
         json.dump(meta, fh, indent=1)
     export.export(a.out)  # the graph the NER detector runs (python -m text_deid.ner_training.export)
     print(json.dumps(meta))
+
+
+def extend_vocab(tokenizer, texts, limit: int) -> list[str]:
+    """Characters of `texts` the tokenizer cannot spell (a word holding one becomes [UNK] whole), most frequent
+    first, at most `limit`, in a stable order."""
+    from collections import Counter
+
+    vocab = tokenizer.get_vocab()
+    counts = Counter(c for t in texts for c in t if not c.isspace() and c not in vocab)
+    return [c for c, n in sorted(counts.items(), key=lambda x: (-x[1], x[0]))[:limit] if n >= 3]
+
+
+def _with_chars(tokenizer, chars: list[str]):
+    """The same tokenizer with `c` and `##c` for each character appended to its WordPiece vocabulary."""
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    spec = json.loads(tokenizer.backend_tokenizer.to_str())
+    vocab = spec["model"]["vocab"]
+    for c in chars:
+        for piece in (c, "##" + c):
+            vocab.setdefault(piece, len(vocab))
+    return PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(json.dumps(spec)), unk_token="[UNK]",
+                                   pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]",
+                                   model_max_length=512)
+
+
+def _init_char_embeddings(model, tokenizer, chars: list[str]) -> None:
+    """Grow the embedding matrix; a new character starts as its base letter ("é" as "e") where it has one,
+    else as [UNK] (what the model saw for it until now)."""
+    import unicodedata
+
+    import torch
+
+    vocab = tokenizer.get_vocab()
+    model.resize_token_embeddings(len(vocab))
+    emb = model.get_input_embeddings().weight
+    with torch.no_grad():
+        for c in chars:
+            base = unicodedata.normalize("NFKD", c)[:1]
+            for prefix in ("", "##"):
+                src = vocab.get(prefix + base) if base.isascii() and base.isalnum() else None
+                emb[vocab[prefix + c]] = emb[src if src is not None else vocab["[UNK]"]]
 
 
 def _previous_training(path: str) -> dict | None:
