@@ -292,7 +292,7 @@ class NerDetector:
     def encode(self, texts: Sequence[str]) -> list[tuple[list[int], list[tuple[int, int]]]]:
         """(token ids, character offsets) of each text, without special tokens."""
         whole = [t for t in texts if not self._pieces or len(t) <= ENCODE_PIECE_CHARS]
-        encoded = iter(self.tokenizer.encode_batch(whole, add_special_tokens=False))
+        encoded = iter(self.tokenizer.encode_batch(whole, add_special_tokens=False) if whole else ())
         out = []
         for t in texts:
             if not self._pieces or len(t) <= ENCODE_PIECE_CHARS:
