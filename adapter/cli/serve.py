@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 from datetime import date
 from pathlib import Path
 from typing import List, Optional
@@ -27,6 +28,7 @@ from text_deid.stack import StackUnavailable
 from adapter.engines import profiles, text_stack
 from adapter import settings
 
+SWITCH_INTERVAL_S = 0.0005
 tokens_app = typer.Typer(help="Manage the HTTP service's client tokens.", no_args_is_help=True)
 conformance_app = typer.Typer(help="Check a $de-identify server against the Safe Harbor checks.", no_args_is_help=True)
 
@@ -88,6 +90,9 @@ def serve(
                            per_client_concurrency=per_client_concurrency, per_client_queue=per_client_queue,
                            body_timeout_s=body_timeout_s)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    # Beside a heavy request's pure-Python detectors, a small request waits for the GIL at each of its many steps:
+    # a shorter switch interval than Python's 5 ms keeps those waits short (benchmarks/service_heavy_load.py).
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     uvicorn.run(create_app(config), host=host, port=port, access_log=False, log_level="warning",
                 limit_concurrency=max_connections, timeout_keep_alive=keep_alive_s,
                 http=with_header_timeout(header_timeout_s),
