@@ -10,7 +10,19 @@ from typing import List, Optional
 import typer
 
 from adapter.cli import auditing
-from adapter.cli.common import CharsetOpt, FhirVersion, LlmModel, LlmUrl, ProfileOpt, RulesOpt, charset_codec, fail
+from adapter.cli.common import (
+    CharsetOpt,
+    FhirVersion,
+    LlmModel,
+    LlmUrl,
+    ProfileOpt,
+    RulesOpt,
+    charset_codec,
+    fail,
+    host_text,
+    listening_socket,
+    serve_app,
+)
 from adapter.http.auth import (
     OPERATIONS,
     TOKENS_ENV,
@@ -24,7 +36,7 @@ from adapter.http.service import ServiceConfig, create_app
 from conformance.check import check
 from fhir_transforms import dates, keys
 from fhir_transforms.errors import SettingsError
-from text_deid.stack import StackUnavailable
+from text_deid.stack import DEFAULT_STACK, StackUnavailable
 from adapter.engines import profiles, text_stack
 from adapter import settings
 
@@ -70,8 +82,6 @@ def serve(
     body_timeout_s: float = typer.Option(30.0, "--body-timeout-s", help="A body not in by then is a 408."),
 ) -> None:
     """Serve POST /fhir/$de-identify, POST /hl7v2/$de-identify, GET /fhir/metadata, /healthz, /readyz, /metrics."""
-    import uvicorn
-
     llm = settings.llm(llm_url, llm_model)
     codec = charset_codec(charset)
     try:
@@ -90,14 +100,16 @@ def serve(
                            per_client_concurrency=per_client_concurrency, per_client_queue=per_client_queue,
                            body_timeout_s=body_timeout_s)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    sock = listening_socket(host, port)
+    bound = sock.getsockname()
     # Beside a heavy request's pure-Python detectors, a small request waits for the GIL at each of its many steps:
     # a shorter switch interval than Python's 5 ms keeps those waits short (benchmarks/service_heavy_load.py).
     sys.setswitchinterval(SWITCH_INTERVAL_S)
-    uvicorn.run(create_app(config), host=host, port=port, access_log=False, log_level="warning",
-                limit_concurrency=max_connections, timeout_keep_alive=keep_alive_s,
-                http=with_header_timeout(header_timeout_s),
-                ssl_certfile=str(ssl_certfile) if ssl_certfile else None,
-                ssl_keyfile=str(ssl_keyfile) if ssl_keyfile else None)
+    serve_app(create_app(config), sock, ssl_certfile, ssl_keyfile,
+              f"deid-adapter serve: listening on {'https' if ssl_certfile else 'http'}://{host_text(bound[0])}:{bound[1]} "
+              f"(profile {chosen.name}, stack {stack or DEFAULT_STACK}, key {key.key_id})",
+              limit_concurrency=max_connections, timeout_keep_alive=keep_alive_s,
+              http=with_header_timeout(header_timeout_s))
 
 
 @tokens_app.command("add")
@@ -110,6 +122,8 @@ def tokens_add(file: Path = typer.Argument(..., help="Token file (created 0600).
     except TokenFileError as e:
         fail(str(e))
     typer.echo(token)
+    typer.echo(f"client {client} added to {file} ({', '.join(operation)}); its token, on stdout, is shown this once only",
+               err=True)
 
 
 @conformance_app.command("check")

@@ -18,7 +18,7 @@ from fhir_transforms.errors import DetectorFailed, InputError, LeakFound, Output
 from fhir_transforms.r4.methods import TEXT_CONTENT_TYPES, keeps_what_was_found
 from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.rules import Profile
-from fhir_transforms.r4.schema import elements, is_resource_type, model_class
+from fhir_transforms.r4.schema import elements, is_resource_type, known_keys, model_class
 from fhir_transforms.r4.shapes import R4_ONLY
 from fhir_transforms.r4.uris import URI_TYPES, pseudonymize_uris
 from fhir_transforms.r4.walker import RecordContext, WrittenSlots, age_limit, path_text, stamp_all, walk_record
@@ -227,18 +227,28 @@ def validate(resource: dict, path: str, version: str = versions.DEFAULT) -> None
     except (KeyError, ValueError, TypeError, AttributeError) as e:  # (fhir.resources: AttributeError on `_birthDate: "7"`)
         hint = _other_version_hint(resource, version)
         if isinstance(e, ValidationError) and e.title == "FHIRPrimitiveExtension":
-            where = f"{where}: " + "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['type']}"
-                                             for err in e.errors(include_input=False)[:5])
+            where = f"{_loc_text(where.split('.'))}: " + "; ".join(
+                f"{_loc_text(err['loc'])}: {err['type']}" for err in e.errors(include_input=False)[:5])
             raise InputError(f"{path}: not a valid FHIR {name} {rtype}: {where}") from None
         if isinstance(e, ValidationError):
             where = "; ".join(
-                f"{'.'.join(str(p) for p in err['loc'])}: {err['type']}" for err in e.errors(include_input=False)[:5]
+                f"{_loc_text(err['loc'])}: {err['type']}" for err in e.errors(include_input=False)[:5]
             )
             raise InputError(f"{path}: not a valid FHIR {name} {rtype}: {where}{hint}") from None
         if isinstance(e, AttributeError):  # the models' own validators met a value of the wrong JSON shape
             raise InputError(f"{path}: not a valid FHIR {name} {rtype}: an element has the wrong JSON shape{hint}") from None
         models = {"r4": "R4B models", "r5": "R5 models", "stu3": "STU3 models"}[version]
-        raise InputError(f"{path}: not a FHIR {name} resource the {models} know (resourceType {rtype!r}){hint}") from None
+        said = f"resourceType {rtype}" if isinstance(rtype, str) and any(
+            is_resource_type(rtype, v) for v in versions.FHIR_VERSIONS) else \
+            "a resourceType no FHIR version has"  # what a record says is repeated only where FHIR names it
+        raise InputError(f"{path}: not a FHIR {name} resource the {models} know ({said}){hint}") from None
+
+
+def _loc_text(loc) -> str:
+    """A validation error's place: list positions and the element names the models know; a key they do not
+    know is not repeated (a sender's key may be anything, a name included)."""
+    return ".".join(str(p) if isinstance(p, int) or p.isdigit() or p in known_keys()
+                    or p.lstrip("_") in known_keys() else "(unknown key)" for p in loc if p != "")
 
 
 def _holds_value_extensions(node) -> bool:
