@@ -105,6 +105,7 @@ class Deidentifier:
                 ctx.age_limits[r.get("id") or ""] = limit
         ctx.known.update(known_ids.collect(members))
         ctx.thing_names = known_ids.thing_names(members)
+        ctx.add_people(*known_ids.collect_staff(members))
         ctx.known.update(linked)
         walk_record(doc, path, ctx)
         for res, state in ctx.walked:  # entries removed by the entry rules, and references to them
@@ -133,6 +134,7 @@ class Deidentifier:
         try:
             spans = self.stack.detect_many(texts, known, timings)
             term_spans = self.terms.detect_many(terms, known) if terms else []
+            personal = _personal_spans(terms, term_spans, known, ctx.staff_only())
         except DetectorError as e:
             raise DetectorFailed(f"{path}: text detector failed: {e}") from None
         findings: list[Finding] = []
@@ -154,6 +156,12 @@ class Deidentifier:
         for term, found in zip(terms, term_spans):
             if not found:  # (most): every occurrence stays as written
                 continue
+            if term in personal:  # a member of staff's word stays, and the guard lets it be
+                found = personal[term]
+                for container, slot, _, _ in ctx.terms[term]:
+                    ctx.generated.add(container, slot)
+                if not found:
+                    continue
             kept = keeps_what_was_found(term, found)
             for container, slot, at, labels in ctx.terms[term]:
                 findings.extend(Finding(path_text(at), s) for s in found)
@@ -164,6 +172,20 @@ class Deidentifier:
                     container[slot] = replace.apply(term, found)
         pseudonymize_uris(ctx, known)
         return findings, len(texts) + sum(map(len, ctx.terms.values())), timings
+
+
+def _personal_spans(terms: list[str], found: list[list], known: tuple[KnownIdentifier, ...],
+                    staff_only: frozenset) -> dict[str, list]:
+    """For each term in which a word that only a member of staff's name holds was found ("Reason for lab test"
+    beside a provider named TEST), its spans without that word (known_ids.without_staff_words)."""
+    if not staff_only or not any(found):
+        return {}
+    personal_words = known_ids.words_of_names(k for k in known if k not in staff_only)
+    kept = {}
+    for term, spans in zip(terms, found):
+        if spans and len(left := known_ids.without_staff_words(term, spans, personal_words)) != len(spans):
+            kept[term] = left
+    return kept
 
 
 def guard(doc: dict, ctx: RecordContext, known: tuple[KnownIdentifier, ...], path: str, profile: Profile,

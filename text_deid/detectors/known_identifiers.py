@@ -59,9 +59,15 @@ def _distinctive_parts(value: str) -> list[str]:
     return [t for t in _name_words(value) if _letters(t) >= DISTINCTIVE_LETTERS]
 
 
+def _is_name_token(token: str) -> bool:
+    """A word that can be a name on its own: two characters or more, a letter among them (a house number a
+    sender put in a name field, "29", would mask the 29 of a range)."""
+    return len(token.rstrip(".")) >= 2 and any(c.isalpha() for c in token)
+
+
 def _name_forms(value: str) -> list[str]:
     tokens = _name_words(value)
-    forms = [_name_part_form(t, i == len(tokens) - 1) for i, t in enumerate(tokens) if len(t.rstrip(".")) >= 2]
+    forms = [_name_part_form(t, i == len(tokens) - 1) for i, t in enumerate(tokens) if _is_name_token(t)]
     if len(tokens) >= 2:
         family, given = tokens[-1], tokens[0]
         forms += [
@@ -213,7 +219,7 @@ def _needle_words(known: KnownIdentifier) -> list[str]:
     c, v = known.category, known.value.strip()
     if c == "NAME":
         tokens = _name_words(v)
-        words = [t for t in tokens if len(t.rstrip(".")) >= 2]
+        words = [t for t in tokens if _is_name_token(t)]
         words += [p[::-1] for p in _distinctive_parts(v)]  # a reversed part holds no other needle
         return words + tokens[-1:] if len(tokens) >= 2 else words  # every multi-token form holds the family name
     if c in ("PHONE_NUMBER", "FAX_NUMBER"):
