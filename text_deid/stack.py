@@ -156,6 +156,7 @@ class TextStack:
             per_detector = self._run_detectors(unique, known, deadline, timings)
             by_text = {}
             for i, text in enumerate(unique):
+                budget.check("filters")  # past the record's deadline, no more filtering either
                 spans = [s for found in per_detector for s in found[i]]
                 # no spans: nothing to check, and filters only drop spans (most short texts end here)
                 by_text[text] = self._finish(spans, text) if spans else []

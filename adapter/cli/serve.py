@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 from datetime import date
 from pathlib import Path
 from typing import List, Optional
@@ -29,6 +30,8 @@ from adapter.http.auth import (
     TokenStore,
     add_client,
 )
+from adapter.http.admission import default_budget_mb
+from adapter.http.connections import HEADER_TIMEOUT_S, with_header_timeout
 from adapter.http.service import ServiceConfig, create_app
 from conformance.check import check
 from fhir_transforms import dates, keys
@@ -37,6 +40,7 @@ from text_deid.stack import DEFAULT_STACK, StackUnavailable
 from adapter.engines import profiles, text_stack
 from adapter import settings
 
+SWITCH_INTERVAL_S = 0.0005
 tokens_app = typer.Typer(help="Manage the HTTP service's client tokens.", no_args_is_help=True)
 conformance_app = typer.Typer(help="Check a $de-identify server against the Safe Harbor checks.", no_args_is_help=True)
 
@@ -63,6 +67,19 @@ def serve(
                                              help="The FHIR version of requests that name none (media type "
                                                   "fhirVersion or the fhirVersion parameter): r4, r5, stu3 or auto."),
     charset: Optional[str] = CharsetOpt,
+    max_inflight_mb: Optional[int] = typer.Option(
+        None, "--max-inflight-mb", help="Estimated memory of all requests in flight (default: half the machine's); "
+                                        "a request over it alone is 413, one that does not fit now 503 + Retry-After."),
+    per_client_concurrency: int = typer.Option(
+        0, "--per-client-concurrency", help="A client's requests worked on at once (0: all workers but one)."),
+    per_client_queue: int = typer.Option(8, "--per-client-queue",
+                                         help="A client's requests waiting beyond those; more are 429 + Retry-After."),
+    max_connections: int = typer.Option(256, "--max-connections",
+                                        help="Open connections and requests; beyond it uvicorn answers 503."),
+    keep_alive_s: int = typer.Option(5, "--keep-alive-s", help="An idle kept-alive connection is closed after this."),
+    header_timeout_s: float = typer.Option(HEADER_TIMEOUT_S, "--header-timeout-s",
+                                           help="A connection whose request headers are not in by then is closed."),
+    body_timeout_s: float = typer.Option(30.0, "--body-timeout-s", help="A body not in by then is a 408."),
 ) -> None:
     """Serve POST /fhir/$de-identify, POST /hl7v2/$de-identify, GET /fhir/metadata, /healthz, /readyz, /metrics."""
     llm = settings.llm(llm_url, llm_model)
@@ -78,13 +95,21 @@ def serve(
     trail = auditing.open_trail(audit, audit_key_file)
     config = ServiceConfig(key, store, chosen.name, stack, int(max_body_mb * 1024 * 1024), timeout_s, workers, clock,
                            trail, llm=llm, site=chosen if chosen.site is not None else None,
-                           fhir_version=fhir_version.value, charset=codec)
+                           fhir_version=fhir_version.value, charset=codec,
+                           max_inflight_mb=max_inflight_mb or default_budget_mb(),
+                           per_client_concurrency=per_client_concurrency, per_client_queue=per_client_queue,
+                           body_timeout_s=body_timeout_s)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     sock = listening_socket(host, port)
     bound = sock.getsockname()
+    # Beside a heavy request's pure-Python detectors, a small request waits for the GIL at each of its many steps:
+    # a shorter switch interval than Python's 5 ms keeps those waits short (benchmarks/service_heavy_load.py).
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     serve_app(create_app(config), sock, ssl_certfile, ssl_keyfile,
               f"deid-adapter serve: listening on {'https' if ssl_certfile else 'http'}://{host_text(bound[0])}:{bound[1]} "
-              f"(profile {chosen.name}, stack {stack or DEFAULT_STACK}, key {key.key_id})")
+              f"(profile {chosen.name}, stack {stack or DEFAULT_STACK}, key {key.key_id})",
+              limit_concurrency=max_connections, timeout_keep_alive=keep_alive_s,
+              http=with_header_timeout(header_timeout_s))
 
 
 @tokens_app.command("add")

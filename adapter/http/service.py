@@ -1,13 +1,16 @@
 """The FHIR `$de-identify` operation over HTTP (FastAPI). The same engine, rules, keys and stacks as the CLI.
 
-Errors are OperationOutcomes: 400 bad JSON or invalid FHIR, 401/403 auth, 413 too large, 415 media type,
-422 refused (leak guard, unknown modifierExtension), 503 a detector unavailable or failed, 500 only for bugs.
+Errors are OperationOutcomes: 400 bad JSON or invalid FHIR, 401/403 auth, 408 body too slow, 413 too large or
+too costly, 415 media type, 422 refused (leak guard, unknown modifierExtension), 429 the client's limit, 503 a
+detector unavailable, failed or late, or the memory budget taken (with Retry-After), 500 only for bugs.
 Nothing partial is ever returned. Logs and metrics carry client, operation, status, sizes, duration and
 the document hash, never PHI.
 """
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import gc
 import hashlib
 import json
 import logging
@@ -25,6 +28,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from adapter import json_input
+from adapter.http import admission
 from adapter.http.auth import Client, TokenStore
 from fhir_transforms import dates, safe_harbor_gaps
 from fhir_transforms.errors import DetectorFailed, InputError, LeakFound, RecordRefused
@@ -74,11 +78,15 @@ class ServiceConfig:
     site: Profiles | None = None  # --rules: the site rules over `profile`, for every request (no other profile)
     fhir_version: str = versions.DEFAULT  # r4, r5 or auto, unless a request names its version
     charset: str = ""  # HL7v2: the codec of messages whose MSH-18 is empty (--charset), else the site rules file's
+    max_inflight_mb: float = field(default_factory=admission.default_budget_mb)  # estimated memory of all requests
+    per_client_concurrency: int = 0  # a client's requests at once (0: all workers but one)
+    per_client_queue: int = 8  # a client's requests waiting beyond those
+    body_timeout_s: float = 30.0  # the whole body must arrive within this
 
 
 class HttpError(Exception):
-    def __init__(self, status: int, code: str, diagnostics: str):
-        self.status, self.code, self.diagnostics = status, code, diagnostics
+    def __init__(self, status: int, code: str, diagnostics: str, retry_after: int | None = None):
+        self.status, self.code, self.diagnostics, self.retry_after = status, code, diagnostics, retry_after
 
 
 def outcome(code: str, diagnostics: str, severity: str = "error") -> dict:
@@ -111,6 +119,8 @@ def not_safe_harbor(profile) -> dict:
 
 def create_app(config: ServiceConfig) -> FastAPI:
     pool = ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="deid")
+    per_client = config.per_client_concurrency or max(1, config.workers - 1)  # one worker left for the others
+    admitted = admission.Admission(config.max_inflight_mb, per_client, config.per_client_queue)
 
     @asynccontextmanager
     async def lifespan(_app):
@@ -181,27 +191,44 @@ def create_app(config: ServiceConfig) -> FastAPI:
         if declared and declared.isdigit() and int(declared) > config.max_body_bytes:
             raise HttpError(413, "too-costly", f"request body over {config.max_body_bytes} bytes")
         chunks, size = [], 0
-        async for chunk in request.stream():
+        stream = request.stream().__aiter__()
+        late = asyncio.get_running_loop().time() + config.body_timeout_s  # a slow client holds no socket for long
+        while True:
+            try:
+                chunk = await asyncio.wait_for(stream.__anext__(), late - asyncio.get_running_loop().time())
+            except StopAsyncIteration:
+                break
+            except asyncio.TimeoutError:
+                raise HttpError(408, "timeout", f"request body not received within {config.body_timeout_s:.0f} s") \
+                    from None
             size += len(chunk)
             if size > config.max_body_bytes:
                 raise HttpError(413, "too-costly", f"request body over {config.max_body_bytes} bytes")
             chunks.append(chunk)
         return b"".join(chunks)
 
-    async def run(fn, *args):
-        loop = asyncio.get_running_loop()
-        deadline = time.monotonic() + config.timeout_s  # the worker's text detectors stop there too
+    async def run(fn, *args, cost_mb: float = 0.0):
         try:
-            return await asyncio.wait_for(loop.run_in_executor(pool, _until, deadline, fn, *args), config.timeout_s)
+            release = admitted.reserve(cost_mb)
+        except admission.TooCostly as e:
+            raise HttpError(413, "too-costly", str(e)) from None
+        except admission.Busy as e:
+            raise HttpError(e.status, "transient", e.diagnostics, admission.RETRY_AFTER_S) from None
+        deadline = time.monotonic() + config.timeout_s  # the worker's text detectors stop there too
+        work = pool.submit(_until, deadline, fn, *args)
+        work.add_done_callback(lambda _: release())  # when the worker is done, not when the answer is sent
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(work), config.timeout_s)
         except asyncio.TimeoutError:
             raise HttpError(503, "timeout", f"de-identification took longer than {config.timeout_s:.0f} s") from None
 
-    def respond(status: int, payload, media: str = FHIR_JSON) -> Response:
+    def respond(status: int, payload, media: str = FHIR_JSON, retry_after: int | None = None) -> Response:
         if isinstance(payload, (dict, list)):
             content = json.dumps(payload, ensure_ascii=False).encode()
         else:
             content = payload.encode() if isinstance(payload, str) else payload
-        return Response(content, status_code=status, media_type=media)
+        headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
+        return Response(content, status_code=status, media_type=media, headers=headers)
 
     async def handle(request: Request, operation: str, work) -> Response:
         start = time.perf_counter()
@@ -209,14 +236,18 @@ def create_app(config: ServiceConfig) -> FastAPI:
         try:
             client = authorize(request, operation)
             client_name = request.state.client = client.name
-            response, digest, size_in = await work(request)
+            try:
+                async with admitted.client_slot(client.name):
+                    response, digest, size_in = await work(request)
+            except admission.Busy as e:
+                raise HttpError(e.status, "throttled", e.diagnostics, admission.RETRY_AFTER_S) from None
             status = response.status_code
             return response
         except HttpError as e:
             status = e.status
-            if status in (422, 503):
+            if status in (413, 422, 429, 503):
                 refusals.labels(e.code).inc()
-            return respond(status, outcome(e.code, e.diagnostics))
+            return respond(status, outcome(e.code, e.diagnostics), retry_after=e.retry_after)
         except Exception as e:  # a bug: log and answer its type only, never its message (it may quote input)
             access_log.error("internal error: %s", type(e).__name__)
             status = 500
@@ -292,8 +323,10 @@ def create_app(config: ServiceConfig) -> FastAPI:
         def deidentify(res: dict, path: str):
             return deid.deidentify(res, path, fhir_version=version)
 
+        cost = admission.estimate_mb(len(raw), admission.text_chars(resource))
+
         async def work():
-            result = await run(map_errors(deidentify), resource, "resource")
+            result = await run(map_errors(deidentify), resource, "resource", cost_mb=cost)
             out = result.resource
             if wrapped:
                 out = {"resourceType": "Parameters", "parameter": [{"name": "return", "resource": out}]}
@@ -329,7 +362,8 @@ def create_app(config: ServiceConfig) -> FastAPI:
 
         async def work():
             nonlocal charset
-            result = await run(map_errors(deid.deidentify_file), text)
+            result = await run(map_errors(deid.deidentify_file), text,
+                               cost_mb=admission.estimate_mb(len(raw), len(text)))
             # written as the CLI and MLLP write: in the charset each MSH-18 names, which Content-Type names too
             data, charset = map_errors(er7.encode)(result.text), er7.content_charset(result.text)
             return result, data
@@ -410,6 +444,23 @@ def _fhir_version(content_type: str, asked: str | None) -> str | None:
 
 
 def _until(deadline: float, fn, *args):
-    """fn(*args) with its text detectors stopping at `deadline`: a request past its time frees its worker."""
+    """fn(*args) with its text detectors stopping at `deadline`: a request past its time frees its worker and
+    its memory."""
     with budget.until(deadline):
-        return fn(*args)
+        try:
+            return fn(*args)
+        except Exception:
+            if time.monotonic() < deadline:
+                raise
+    # Past the deadline the answer is a 503 already. Raised outside the except block, so that no traceback keeps
+    # the work's frames (its texts, tokens, windows) alive; then the freed memory goes back to the system.
+    _return_memory()
+    raise HttpError(503, "timeout", "de-identification took longer than its deadline")
+
+
+def _return_memory() -> None:
+    """Collect, and hand freed heap pages back to the system (glibc keeps them otherwise)."""
+    gc.collect()
+    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)  # glibc only
+    if trim is not None:
+        trim(0)

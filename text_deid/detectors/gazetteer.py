@@ -17,11 +17,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Sequence
 
+from text_deid import budget
 from text_deid.spans import KnownIdentifier, Span
 
 DETECTOR = "gazetteer"
 NAME, PLACE = "NAME", "GEOGRAPHIC_LOCATION"
 MIN_CITY_POPULATION = 15_000
+BUDGET_EVERY = 1024  # tokens between looks at the record's deadline: a huge text stops soon after it passes
 
 TITLES = {"dr", "mr", "mrs", "ms", "miss", "mx", "prof", "doctor", "professor", "nurse", "sister"}
 NAME_CUES = {"named", "name", "pt", "patient", "called", "by", "per", "contact", "mr", "mrs", "ms",
@@ -153,7 +155,12 @@ def lexicon() -> Lexicon:
 
 def tokenize(text: str) -> list[Token]:
     """Word tokens with their offsets; a period right after a word is recorded, not included."""
-    return [Token(m.start(), m.end(), m.group(), text[m.end():m.end() + 1] == ".") for m in TOKEN_RE.finditer(text)]
+    tokens = []
+    for m in TOKEN_RE.finditer(text):
+        if not len(tokens) % BUDGET_EVERY:
+            budget.check(DETECTOR)
+        tokens.append(Token(m.start(), m.end(), m.group(), text[m.end():m.end() + 1] == "."))
+    return tokens
 
 
 def _joined(text: str, a: Token, b: Token) -> bool:
@@ -187,6 +194,8 @@ class GazetteerDetector:
         lex, out = self.lex, []
         n = len(tokens)
         for i, t in enumerate(tokens):
+            if not i % BUDGET_EVERY:
+                budget.check(DETECTOR)
             nxt = tokens[i + 1] if i + 1 < n and _joined(text, t, tokens[i + 1]) else None
             # title + name: "Dr. Smith", "Dr. Alan S.", "Mr. D. Jones", "Dr. A."
             if (t.key in TITLES and t.capitalized and (t.dot or t.key in {"doctor", "nurse", "sister", "professor", "miss"})
@@ -259,6 +268,8 @@ class GazetteerDetector:
         lex, out = self.lex, []
         n, i = len(tokens), 0
         while i < n:
+            if not i % BUDGET_EVERY:
+                budget.check(DETECTOR)
             t = tokens[i]
             if not (t.capitalized or t.key == "the"):
                 i += 1
@@ -384,6 +395,7 @@ class GazetteerDetector:
         return end + s.end() if s and s.group(1).lower() in self.lex.states else end
 
     def _shapes(self, text: str) -> list[Span]:
+        budget.check(DETECTOR)
         out = [Span(m.start(), m.end(), PLACE, DETECTOR, 0.6) for m in WARD_RE.finditer(text)]
         out += [Span(m.start(), m.end(), PLACE, DETECTOR, 0.8) for m in STREET_RE.finditer(text)]
         return out

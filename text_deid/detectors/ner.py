@@ -55,6 +55,13 @@ DEFAULT_THRESHOLD = 0.8
 ONNX_FILE = "model.onnx"
 WEIGHT_FILES = (".safetensors", ".bin")  # the torch weights an ONNX graph is exported from
 BATCH_WINDOWS = 32  # windows per onnxruntime call for an fp32 graph; the record's deadline is checked between calls
+# A long text is tokenized in pieces cut after a space or line break, with the record's deadline checked between
+# pieces, when the tokenizer splits words at whitespace anyway (the tokens are then the same); decoding looks at the
+# deadline every BUDGET_TOKENS tokens.
+ENCODE_PIECE_CHARS = 1 << 16
+BUDGET_TOKENS = 1 << 14
+_PIECE_END = re.compile(r"[ \t\n\r]")
+_SPLITS_AT_SPACES = ("BertPreTokenizer", "Whitespace", "WhitespaceSplit")
 
 
 def _file_digest(path: str, digest=None):
@@ -188,6 +195,7 @@ class NerDetector:
             self.tokenizer = Tokenizer.from_file(os.path.join(path, "tokenizer.json"))
             self.tokenizer.no_truncation()
             self.tokenizer.no_padding()
+            self._pieces = type(self.tokenizer.pre_tokenizer).__name__ in _SPLITS_AT_SPACES
             options = onnxruntime.SessionOptions()
             options.intra_op_num_threads = max(1, threads or 1)
             options.inter_op_num_threads = 1
@@ -283,7 +291,30 @@ class NerDetector:
 
     def encode(self, texts: Sequence[str]) -> list[tuple[list[int], list[tuple[int, int]]]]:
         """(token ids, character offsets) of each text, without special tokens."""
-        return [(e.ids, e.offsets) for e in self.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
+        whole = [t for t in texts if not self._pieces or len(t) <= ENCODE_PIECE_CHARS]
+        encoded = iter(self.tokenizer.encode_batch(whole, add_special_tokens=False) if whole else ())
+        out = []
+        for t in texts:
+            if not self._pieces or len(t) <= ENCODE_PIECE_CHARS:
+                e = next(encoded)
+                out.append((e.ids, e.offsets))
+            else:
+                out.append(self._encode_long(t))
+        return out
+
+    def _encode_long(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        ids: list[int] = []
+        offsets: list[tuple[int, int]] = []
+        start = 0
+        while start < len(text):
+            budget.check(DETECTOR)
+            cut = _PIECE_END.search(text, start + ENCODE_PIECE_CHARS)
+            end = cut.end() if cut else len(text)
+            e = self.tokenizer.encode(text[start:end], add_special_tokens=False)
+            ids += e.ids
+            offsets += [(a + start, b + start) for a, b in e.offsets]
+            start = end
+        return ids, offsets
 
     def _logits(self, rows: list[list[int]]):
         """Logits (rows x longest x labels) of one batch of windows, each row [CLS] ids [SEP], padded."""
@@ -357,6 +388,8 @@ class NerDetector:
         prev_cat = None
         prev_end = -1
         for k, (a, b) in enumerate(offs):
+            if not k % BUDGET_TOKENS:
+                budget.check(DETECTOR)
             if b <= a:
                 continue
             if p_phi[k] < self.threshold or self._label_cat[arg[k]] is None:
