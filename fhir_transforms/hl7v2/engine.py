@@ -731,24 +731,39 @@ class HL7Deidentifier:
         return self._message(er7.parse_message(message), "message")
 
     def deidentify_file_text(self, text: str) -> str:
-        """Every message of a file (and its FHS/BHS/BTS/FTS envelope), de-identified, in order."""
+        """Every message of a file (and its FHS/BHS/BTS/FTS envelope), de-identified, in order. The envelope's
+        segments are read with the known identifiers of every message of the file (those they wrap): a
+        patient's name in a batch header's or trailer's free text (FHS-9, BHS-9, BTS-2) is a known name."""
         items = er7.parse_text(text)
-        out = []
+        out: list[str] = [""] * len(items)
+        wrapped: set[KnownIdentifier] = set()
         n = 0
-        for item in items:
-            if item.envelope:
-                out.append(self._message(item, f"envelope {item.segments[0].sid}"))
-            else:
+        for i, item in enumerate(items):
+            if not item.envelope:
                 n += 1
-                out.append(self._message(item, f"message {n}"))
+                out[i], known = self._deidentified(item, f"message {n}")
+                wrapped.update(known)
+        linked = tuple(sorted(wrapped, key=_value_and_category))
+        for i, item in enumerate(items):
+            if item.envelope:
+                out[i] = self._deidentified(item, f"envelope {item.segments[0].sid}", linked)[0]
         return "".join(out)
 
     def _message(self, message: er7.Message, where: str) -> str:
+        return self._deidentified(message, where)[0]
+
+    def _deidentified(self, message: er7.Message, where: str, linked: tuple[KnownIdentifier, ...] = ()
+                      ) -> tuple[str, tuple[KnownIdentifier, ...]]:
+        """(the message's output, the known identifiers its leak guard read); `linked`: the known identifiers
+        of other messages (an envelope's), masked in its text and read by its guard as its own."""
         before = message.ids()
         known: set[KnownIdentifier] = set()
         walk = MessageWalk(self, message, known)
         walk.run()
         known_ids, guarded = walk.known_identifiers()
+        if linked:
+            known_ids = tuple(sorted({*known_ids, *linked}, key=_value_and_category))
+            guarded = tuple(sorted({*guarded, *linked}, key=_value_and_category))
         notes = [n for n in walk.notes if not n.known_only]
         terms = [n for n in walk.notes if n.known_only]
         try:
@@ -772,7 +787,7 @@ class HL7Deidentifier:
                 er7.check_output(before, out)
             except RuntimeError as e:
                 raise RecordRefused(f"{where}: {e} (a bug; nothing written)") from None
-        return out
+        return out, guarded
 
 
 def _leaks(message: er7.Message, profile: HL7Profile, version: str, written_dates: set[tuple[int, str]],
