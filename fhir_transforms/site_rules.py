@@ -112,6 +112,8 @@ def schema() -> dict:
                               "additionalProperties": {"$ref": "#/$defs/hl7Datatype"}},
                 "identifiers": {"type": "object", "additionalProperties": False,
                                 "properties": {"remove_types": strings}},
+                "charset": {"type": "string", "minLength": 1,
+                            "description": "character set of messages whose MSH-18 is empty (HL7 table 0211: 8859/1)"},
             }},
         },
         "$defs": {

@@ -44,7 +44,7 @@ def deidentify_export(root: Path, out: Path, secret: bytes, *, profile: str | No
     text_stack = engines.text_stack(stack, llm)  # once in the driver: pass 1 and an in-process pass 2 share it
     identity = f"{profile}+{chosen.site.sha256}" if chosen.site else profile  # resumed only with the same rules
     journal = Journal(out / WORK_DIR, run_identity(root, files, key_id_for(secret), identity, text_stack.name, validate,
-                                                   chunk_bytes, fhir_version))
+                                                   chunk_bytes, fhir_version), secret)
     day = journal.open(today, lambda: dates.today().isoformat())
     settings = Settings(secret, profile, text_stack.name, day, validate, str(journal.work / "patients.sqlite"),
                         secrets.token_bytes(32), llm, actor, str(Path(rules).resolve()) if rules else None,

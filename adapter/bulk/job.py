@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import hashlib
+import hmac
 import json
 import multiprocessing
 import os
@@ -393,13 +394,20 @@ def process_chunk(root: Path, chunk: Chunk, worker: Worker) -> tuple[bytes, dict
 class Journal:
     """One JSON line per finished chunk (its part file's digest and its stats), appended and fsynced
     after the part file is in place; a header names the run, so a run with other input or settings
-    starts over instead of mixing outputs."""
+    starts over instead of mixing outputs. Each line is keyed (HMAC under a key derived from the pseudonym
+    key): a part edited on disk, with its digest edited in the journal to match, fails its MAC, and the chunk
+    is de-identified again instead of published."""
 
-    def __init__(self, work: Path, run: dict):
+    def __init__(self, work: Path, run: dict, secret: bytes):
         self.work, self.path = work, work / "journal.ndjson"
         self.parts = work / "parts"
         self.run = run
         self.done: dict[int, dict] = {}
+        self._mac_key = hmac.new(secret, b"deid-adapter bulk journal v1", hashlib.sha256).digest()
+
+    def _mac(self, entry: dict) -> str:
+        body = json.dumps({"run": self.run, **{k: entry[k] for k in ("seq", "sha256", "stats")}}, sort_keys=True)
+        return hmac.new(self._mac_key, body.encode(), hashlib.sha256).hexdigest()
 
     def _previous(self) -> tuple[dict | None, list[bytes]]:
         if not self.path.exists():
@@ -422,6 +430,9 @@ class Journal:
         today = today or default_today()
         for e in entries:
             part = self.part(e["seq"])
+            if not (isinstance(e.get("mac"), str) and "sha256" in e and "stats" in e
+                    and hmac.compare_digest(e["mac"], self._mac(e))):
+                continue  # not written by a run with this key: done again
             if part.exists() and hashlib.sha256(part.read_bytes()).hexdigest() == e["sha256"]:
                 self.done[e["seq"]] = e
         if not entries:
@@ -440,6 +451,7 @@ class Journal:
     def record(self, chunk: Chunk, data: bytes, stats: dict) -> None:
         fhir_files.write_atomic(self.part(chunk.seq), data)
         entry = {"seq": chunk.seq, "sha256": hashlib.sha256(data).hexdigest(), "stats": stats}
+        entry["mac"] = self._mac(entry)
         self._f.write((json.dumps(entry) + "\n").encode())
         self._f.flush()
         os.fsync(self._f.fileno())

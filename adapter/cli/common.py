@@ -10,6 +10,7 @@ import typer
 
 from fhir_transforms import keys
 from fhir_transforms.errors import InputError, RecordRefused, SettingsError
+from fhir_transforms.hl7v2 import message as er7
 from text_deid.spans import KnownIdentifier
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_REFUSED = 0, 2, 3
@@ -26,6 +27,8 @@ ProfileOpt = typer.Option(None, "--profile", help="safe-harbor (default), longit
 RulesOpt = typer.Option(None, "--rules", help="A site rules file (YAML) over the packaged profile it extends "
                                               "(docs/rules.md); `deid-adapter rules check FILE` checks one.")
 LlmModel = typer.Option(None, "--llm-model", envvar="DEID_ADAPTER_LLM_MODEL", help="Ollama model for the LLM stacks.")
+CharsetOpt = typer.Option(None, "--charset", help="HL7v2: the character set of messages whose MSH-18 is empty "
+                                                  "(8859/1, UNICODE UTF-8 ...: HL7 table 0211); MSH-18 wins.")
 
 
 class Validation(str, Enum):
@@ -51,6 +54,16 @@ def tune_gc() -> None:
     """De-identification allocates millions of short-lived, acyclic JSON objects; with Python's default
     threshold the cycle collector ran so often that it took ~16% of the fast path (benchmarks/fhir_throughput.py)."""
     gc.set_threshold(GC_THRESHOLD, *gc.get_threshold()[1:])
+
+
+def charset_codec(name: str | None) -> str:
+    """The codec `--charset` names ('' without the option); an unknown or ambiguous name ends the command (exit 2)."""
+    if not name:
+        return ""
+    codec = er7.charset_codec(name)
+    if codec is None:
+        fail(f"--charset: unknown character set {name[:24]!r} (HL7 table 0211: 8859/1, UNICODE UTF-8 ...)")
+    return codec
 
 
 def check_output_apart(input: Path, output: Path) -> None:

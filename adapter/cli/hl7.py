@@ -13,17 +13,19 @@ from adapter.cli.common import (
     check_output_apart,
     EXIT_BAD_INPUT,
     EXIT_REFUSED,
+    CharsetOpt,
     KeyFile,
     LlmModel,
     LlmUrl,
     ProfileOpt,
     RulesOpt,
+    charset_codec,
     fail,
 )
 from adapter.engines import fhir_engine, profiles, with_vault_key
 from fhir_transforms.errors import InputError, RecordRefused, SettingsError
 from fhir_transforms.hl7v2.engine import HL7Deidentifier
-from fhir_transforms.hl7v2.message import decode_bytes, encode
+from fhir_transforms.hl7v2.message import encode
 from adapter import settings
 
 SUFFIXES = (".hl7", ".txt", ".er7")
@@ -56,6 +58,7 @@ def hl7(
     audit_key_file: Optional[Path] = auditing.AuditKeyOpt,
     actor: Optional[str] = auditing.ActorOpt,
     vault_key_file: Optional[Path] = auditing.VaultKeyOpt,
+    charset: Optional[str] = CharsetOpt,
 ) -> None:
     """De-identify HL7v2 ER7 messages into OUTPUT. Bad files are reported and skipped; the exit code says so."""
     # the arguments first, the models last: a wrong argument is answered before a model loads
@@ -66,12 +69,13 @@ def hl7(
         fail(str(e))
     if not inputs:
         fail(f"{input}: no .hl7, .txt or .er7 files")
+    codec = charset_codec(charset)
     try:
         hl7_rules = profiles(profile, rules).hl7
     except SettingsError as e:
         fail(str(e))
     base = fhir_engine(key_file, profile, stack, False, today, settings.llm(llm_url, llm_model), rules=rules)
-    engine = HL7Deidentifier(hl7_rules, base.pseudo, base.stack, base.clock)
+    engine = HL7Deidentifier(hl7_rules, base.pseudo, base.stack, base.clock, charset=codec)
     try:
         with_vault_key(base.pseudo, engine.profile.methods, vault_key_file)
     except SettingsError as e:
@@ -84,13 +88,13 @@ def hl7(
         target = (output / rel.name if output.is_dir() else output) if single else output / rel
         try:
             try:
-                text = decode_bytes(path.read_bytes())
+                text = engine.read(path.read_bytes()).text
             except OSError as e:
                 raise InputError(f"{e.strerror}") from None
-            result = engine.deidentify_file_text(text)
-            data = encode(result)
+            result = engine.deidentify_file(text)
+            data = encode(result.text)
             if trail is not None:  # durable before the output exists; one record per file
-                trail.record_deidentification(engine, input=text, output=data, **who)
+                trail.record_deidentification(engine, input=text, output=data, findings=result.findings, **who)
             fhir_files.write_atomic(target, data)
         except audit.AuditError as e:
             fail(str(e))
@@ -103,7 +107,7 @@ def hl7(
             if trail is not None:
                 trail.record_refusal(engine, input=text, reason=str(e), **who)
         else:
-            n = result.count("\rMSH") + result.startswith("MSH")
+            n = result.text.count("\rMSH") + result.text.startswith("MSH")
             counts["written"] += 1
             counts["messages"] += n
             typer.echo(f"ok  {rel} ({n} message{'s' * (n != 1)})", err=True)

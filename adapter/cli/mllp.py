@@ -15,7 +15,7 @@ import typer
 
 from adapter.audit import trail as audit
 from adapter.cli import auditing
-from adapter.cli.common import KeyFile, LlmModel, LlmUrl, ProfileOpt, RulesOpt, fail
+from adapter.cli.common import CharsetOpt, KeyFile, LlmModel, LlmUrl, ProfileOpt, RulesOpt, charset_codec, fail
 from adapter.engines import fhir_engine, profiles, with_vault_key
 from fhir_transforms.errors import SettingsError
 from adapter.mllp import listener as edge
@@ -51,13 +51,13 @@ class Pools:
 
 
 def _hl7_engine(key_file, profile: Optional[str], stack: Optional[str], llm=None,
-                rules: Optional[Path] = None) -> Callable[[str], str]:
+                rules: Optional[Path] = None, charset: str = "") -> Callable[[str], str]:
     """The HL7v2 engine the `hl7` command uses, with the same key, profile (or site rules), stack and LLM options."""
     base = fhir_engine(key_file, profile, stack, False, None, llm, rules=rules)  # a bad rules file: exit 2 before listening
     try:
-        engine = HL7Deidentifier(profiles(profile, rules).hl7, base.pseudo, base.stack, base.clock)
+        engine = HL7Deidentifier(profiles(profile, rules).hl7, base.pseudo, base.stack, base.clock, charset=charset)
         with_vault_key(base.pseudo, engine.profile.methods)
-        return engine.deidentify
+        return engine.deidentify_with_findings
     except SettingsError as e:
         fail(str(e))
 
@@ -95,6 +95,7 @@ def mllp(
                                        help="How long a sender's MSH-10 is remembered to drop its resends."),
     audit: Optional[str] = auditing.AuditOpt,
     audit_key_file: Optional[Path] = auditing.AuditKeyOpt,
+    charset: Optional[str] = CharsetOpt,
 ) -> None:
     # The help shows the docstring's line breaks, so its long paragraph is one line, written in pieces.
     ("""Receive HL7v2 over MLLP; de-identify each message, queue it durably, ACK AA, and forward it downstream.
@@ -114,7 +115,8 @@ def mllp(
     except ValueError as e:
         fail(f"--allow: {e}")
     target = edge.make_target(forward, ack_timeout)
-    engine = _hl7_engine(key_file, profile, stack, settings.llm(llm_url, llm_model), rules)
+    codec = charset_codec(charset)
+    engine = _hl7_engine(key_file, profile, stack, settings.llm(llm_url, llm_model), rules, codec)
     trail = auditing.open_trail(audit, audit_key_file)
     audit_hook = _audit_hook(trail, engine.__self__) if trail is not None else None
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
@@ -122,6 +124,7 @@ def mllp(
     workers = (os.cpu_count() or 1) if workers is None else workers
     pools = Pools(engine, workers, large_workers)
     limits = dict(max_frame=max_message_bytes, large_from=large_message_bytes, allow=networks,
+                  charset=codec or engine.__self__.profile.charset,
                   message_timeout=message_timeout or _default_message_timeout(engine.__self__.stack))
     try:
         with asyncio.Runner(loop_factory=edge.loop_factory()) as runner:
@@ -156,7 +159,7 @@ def _audit_hook(trail, engine) -> edge.AuditHook:
         for e in events:
             common = dict(actor=f"mllp:{e.peer}", channel="mllp", data_format="hl7v2", input=e.message, info=info)
             if e.output is not None:
-                entries.append(audit.deidentification(engine, output=e.output, **common))
+                entries.append(audit.deidentification(engine, output=e.output, findings=e.findings, **common))
             else:
                 entries.append(audit.refusal(engine, reason=e.reason or "refused", **common))
         return trail.append(entries)

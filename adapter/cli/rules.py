@@ -147,6 +147,15 @@ def _explain_hl7(chosen: Profiles, sid: str, n: int) -> list[str]:
     if sid == "OBX" and n == 5:
         lines.append("  applies: OBX-5 is ruled by its value type OBX-2 (observation_values), ages by OBX-3/OBX-6")
         return lines
+    if sid == "QPD" and n >= 3:
+        named = [f"{name}: {_hl7_rule(q.fields[n]) if n in q.fields else 'QIP pairs, each ruled as the field it names'}"
+                 for name, q in sorted(profile.queries.items()) if n in q.fields or n in q.pairs]
+        lines += ["  applies: the query's parameter, by QPD-1.1 (queries):"] + [f"    {text}" for text in named]
+        lines.append("    any other query: every value removed, and a known identifier")
+        return lines
+    if f"{sid}.{n}" in profile.subject_values:
+        lines.append("  applies: subject_values: every value about the patient queried, removed and a known identifier")
+        return lines
     listed = profile.fields.get(f"{sid}.{n}")
     datatype = field_type(DEFAULT_VERSION, sid, n)
     numbered = []

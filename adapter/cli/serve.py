@@ -9,7 +9,7 @@ from typing import List, Optional
 import typer
 
 from adapter.cli import auditing
-from adapter.cli.common import FhirVersion, LlmModel, LlmUrl, ProfileOpt, RulesOpt, fail
+from adapter.cli.common import CharsetOpt, FhirVersion, LlmModel, LlmUrl, ProfileOpt, RulesOpt, charset_codec, fail
 from adapter.http.auth import (
     OPERATIONS,
     TOKENS_ENV,
@@ -50,11 +50,13 @@ def serve(
     fhir_version: FhirVersion = typer.Option(FhirVersion.auto, "--fhir-version",
                                              help="The FHIR version of requests that name none (media type "
                                                   "fhirVersion or the fhirVersion parameter): r4, r5, stu3 or auto."),
+    charset: Optional[str] = CharsetOpt,
 ) -> None:
     """Serve POST /fhir/$de-identify, POST /hl7v2/$de-identify, GET /fhir/metadata, /healthz, /readyz, /metrics."""
     import uvicorn
 
     llm = settings.llm(llm_url, llm_model)
+    codec = charset_codec(charset)
     try:
         key = keys.load_key(key_file)
         store = TokenStore.load(tokens)
@@ -66,7 +68,7 @@ def serve(
     trail = auditing.open_trail(audit, audit_key_file)
     config = ServiceConfig(key, store, chosen.name, stack, int(max_body_mb * 1024 * 1024), timeout_s, workers, clock,
                            trail, llm=llm, site=chosen if chosen.site is not None else None,
-                           fhir_version=fhir_version.value)
+                           fhir_version=fhir_version.value, charset=codec)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     uvicorn.run(create_app(config), host=host, port=port, access_log=False, log_level="warning",
                 ssl_certfile=str(ssl_certfile) if ssl_certfile else None,

@@ -72,6 +72,7 @@ class ServiceConfig:
     llm: LlmSettings | None = None  # the Ollama endpoint of the LLM stacks (None: the environment)
     site: Profiles | None = None  # --rules: the site rules over `profile`, for every request (no other profile)
     fhir_version: str = versions.DEFAULT  # r4, r5 or auto, unless a request names its version
+    charset: str = ""  # HL7v2: the codec of messages whose MSH-18 is empty (--charset), else the site rules file's
 
 
 class HttpError(Exception):
@@ -297,11 +298,12 @@ def create_app(config: ServiceConfig) -> FastAPI:
             try:
                 deid = config.engines["hl7"] = HL7Deidentifier(
                     config.site.hl7 if config.site is not None else load_hl7_profile(config.profile),
-                    Pseudonymizer(config.key), text_stack(config.stack, config.llm), config.clock)
+                    Pseudonymizer(config.key), text_stack(config.stack, config.llm), config.clock,
+                    charset=config.charset)
             except StackUnavailable as e:
                 raise HttpError(503, "transient", str(e)) from None
         try:
-            text = er7.decode_bytes(raw)  # as files and MLLP frames are read: never a replaced character
+            text = deid.read(raw).text  # as files and MLLP frames are read: never a replaced character
         except InputError as e:
             raise HttpError(*HTTP_STATUS[InputError], str(e)) from None
 
@@ -309,10 +311,10 @@ def create_app(config: ServiceConfig) -> FastAPI:
 
         async def work():
             nonlocal charset
-            out = await run(map_errors(deid.deidentify_file_text), text)
+            result = await run(map_errors(deid.deidentify_file), text)
             # written as the CLI and MLLP write: in the charset each MSH-18 names, which Content-Type names too
-            data, charset = map_errors(er7.encode)(out), er7.content_charset(out)
-            return None, data
+            data, charset = map_errors(er7.encode)(result.text), er7.content_charset(result.text)
+            return result, data
 
         _, output = await audited(request, deid, "hl7v2", raw, work)
         media = "x-application/hl7-v2+er7" + (f"; charset={charset}" if charset else "")

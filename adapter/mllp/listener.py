@@ -36,6 +36,7 @@ from typing import Awaitable, Callable, Optional, Sequence, Union
 from adapter.files import write_atomic
 from adapter.mllp.store import QUEUED, REUSED, AsyncStore, GroupCommit, Incoming, Queued
 from fhir_transforms.hl7v2 import message as er7
+from fhir_transforms.hl7v2.engine import HL7Result
 from fhir_transforms.errors import InputError, RecordRefused
 
 log = logging.getLogger("deid_adapter.mllp")
@@ -148,13 +149,14 @@ class NotAccepted(ValueError):
         self.code = code
 
 
-def decode_message(payload: bytes) -> er7.Decoded:
-    """A frame's text, read as files and HTTP bodies are (fhir_transforms/hl7v2/message.py); a frame that does not
-    start with MSH, or whose bytes cannot be read without guessing, is not accepted."""
+def decode_message(payload: bytes, charset: str = "") -> er7.Decoded:
+    """A frame's text, read as files and HTTP bodies are (fhir_transforms/hl7v2/message.py; `charset`: the codec
+    of messages whose MSH-18 is empty); a frame that does not start with MSH, or whose bytes cannot be read
+    without guessing, is not accepted."""
     if not payload.removeprefix(b"\xef\xbb\xbf").startswith(b"MSH") or len(payload) < 8:
         raise NotAccepted("message does not start with an MSH segment", 100)
     try:
-        return er7.read_bytes(payload)
+        return er7.read_bytes(payload, charset)
     except er7.CharsetError as e:
         raise NotAccepted(str(e), 103) from None
 
@@ -646,6 +648,7 @@ class AuditEvent:
     message: str
     output: Optional[str] = None
     reason: Optional[str] = None
+    findings: Sequence = ()  # where the text stack found PHI (fhir_transforms/hl7v2/engine.py Finding)
 
 
 # Writes one audit record per event, all in one transaction, durable when it returns; one result per event.
@@ -705,7 +708,9 @@ class MllpListener:
                  *, max_frame: int = DEFAULT_MAX_FRAME, partial_timeout: float = 60.0, stats: Optional[Stats] = None,
                  on_fatal: Callable[[], None] = lambda: None, audit: Optional[AuditHook] = None,
                  large_executor: Union[Executor, WorkerProcesses, None] = None, large_from: int = LARGE_MESSAGE,
-                 message_timeout: Optional[float] = DEFAULT_MESSAGE_TIMEOUT, allow: Sequence[IPNetwork] = ()):
+                 message_timeout: Optional[float] = DEFAULT_MESSAGE_TIMEOUT, allow: Sequence[IPNetwork] = (),
+                 charset: str = ""):
+        self.charset = charset  # the codec of messages whose MSH-18 is empty ('': UTF-8 only)
         self.engine = BatchedEngine(deidentify, executor, parallel, large_executor=large_executor,
                                     large_from=large_from, timeout=message_timeout)
         self.allow = list(allow)  # empty: every client
@@ -804,7 +809,7 @@ class MllpListener:
             return ack_bytes(build_ack(header, "AR", event.reason, event.code))
         header = None
         try:
-            decoded = decode_message(event)
+            decoded = decode_message(event, self.charset)
             header = parse_header(decoded.text)
             ack = await self._accept(header, decoded, cid, number)
         except NotAccepted as e:
@@ -842,7 +847,9 @@ class MllpListener:
         return conn.peer if conn else "?"
 
     async def _accept(self, header: Header, decoded: er7.Decoded, cid: int = 0, number: int = 0) -> str:
-        out = await self.engine(decoded.text)
+        result = await self.engine(decoded.text)
+        # the engine's HL7Result (output and findings), or the output alone (a caller's own de-identifier)
+        out, findings = (result.text, result.findings) if isinstance(result, HL7Result) else (result, ())
         # in the character set the output's MSH-18 names (the engine made it one that holds the text)
         body, codec = er7.encode(out), er7.output_codec(out)
         out_control_id = parse_header(out).control_id
@@ -851,7 +858,8 @@ class MllpListener:
         incoming = Incoming(header.sender, header.control_id and out_control_id, out_control_id, codec, body,
                             content_digest(header, decoded.text))
         if self.audit is not None:  # durable before the message is queued and ACKed; a failure NAKs (AR)
-            outcome = await self.audit.submit(AuditEvent(self._peer(cid), decoded.text, output=out), incoming)
+            outcome = await self.audit.submit(AuditEvent(self._peer(cid), decoded.text, output=out, findings=findings),
+                                              incoming)
         else:
             outcome = await self.store.enqueue(incoming)
         if outcome == REUSED:
@@ -1147,7 +1155,7 @@ async def serve(deidentify: Callable[[str], str], listen: tuple[str, int], targe
                 stats_every_s: float = 30.0, on_ready: Optional[Callable[[tuple[str, int]], None]] = None,
                 audit: Optional[AuditHook] = None, large_executor: Union[Executor, WorkerProcesses, None] = None,
                 large_from: int = LARGE_MESSAGE, message_timeout: Optional[float] = DEFAULT_MESSAGE_TIMEOUT,
-                allow: Sequence[IPNetwork] = ()) -> Stats:
+                allow: Sequence[IPNetwork] = (), charset: str = "") -> Stats:
     """Run listener and forwarder until `stop` is set: then stop accepting, finish in-flight messages and the
     delivery in hand, and checkpoint the queue. RuntimeError when it had to stop (its workers died)."""
     stop = stop or asyncio.Event()
@@ -1156,7 +1164,7 @@ async def serve(deidentify: Callable[[str], str], listen: tuple[str, int], targe
     pruned = await store.prune_received(dedupe_window_s)
     listener = MllpListener(deidentify, store, executor, parallel, max_frame=max_frame, stats=stats,
                             on_fatal=stop.set, audit=audit, large_executor=large_executor, large_from=large_from,
-                            message_timeout=message_timeout, allow=allow)
+                            message_timeout=message_timeout, allow=allow, charset=charset)
     forwarder = Forwarder(store, target, backoff_cap=backoff_cap, stats=stats)
     try:
         address = await listener.start(*listen)

@@ -12,14 +12,14 @@ from dataclasses import dataclass, field
 from datetime import date
 from functools import lru_cache
 from operator import attrgetter
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from fhir_transforms.hl7v2 import message as er7
 from fhir_transforms.hl7v2 import payload as ed
-from fhir_transforms.hl7v2.identifying import dates_with_time, holds_known_day, identifying
+from fhir_transforms.hl7v2.identifying import MIN_CHARACTERS, dates_with_time, holds_known_day, identifying
 from fhir_transforms.hl7v2.rules import (Datatype, DTMError, HL7Profile, Rule, dtm_age, dtm_full_date, dtm_shift, dtm_year,
-                                         identifier_system, is_calendar_dtm, is_dtm)
-from fhir_transforms.hl7v2.standard import standard_version
+                                         identifier_system, is_calendar_dtm, is_dtm, readable_year)
+from fhir_transforms.hl7v2.standard import field_type, standard_version
 from fhir_transforms import dates, safe_harbor_gaps, values, zipcodes
 from fhir_transforms.errors import InputError, LeakFound, RecordRefused
 from fhir_transforms.fpe import FpeFallback, fpe_format, selects
@@ -50,7 +50,30 @@ SHORT_CODE_RE = re.compile(r"[A-Za-z]{1,3}")  # an XAD part this short is a code
 ROUTING_SPLIT_RE = re.compile(r"[\^&~]")
 INTEGER_RE = re.compile(r"[+-]?\d+")
 DECIMAL_RE = re.compile(r"[+-]?(\d+\.\d*|\.\d+)")
+# Segments about the patient or their visit: there a kept code or number that is a whole calendar date (with
+# or without a time) is a date a sender put one field off, and gets the date rule (elsewhere only with a time:
+# a code may be an 8-digit number)
+PATIENT_SEGMENTS = frozenset({"PID", "PD1", "PV1", "PV2", "NK1", "GT1", "IN1", "IN2", "IN3", "MRG", "QPD"})
+DAY_RE = re.compile(r"\d{8}")
+ZIP_RE = re.compile(r"\s*\d{5}(?:-?\d{4})?\s*")  # a ZIP code in an address's state (XAD-4): ruled as XAD-5
+ADDRESS_TYPES = frozenset({"XAD", "AD"})
+QIP_FIELD_RE = re.compile(r"@?([A-Z][A-Z0-9]{2})[.-](\d+)(?:\.(\d+))?(?:\.(\d+))?")  # @PID.5.1
 _value_and_category = attrgetter("value", "category")  # KnownIdentifier's own order, without its generated __lt__
+
+
+class Finding(NamedTuple):
+    """Where the text stack found PHI in a message, for the audit: the place of the text (`NTE[3]-3`, a run of OBX
+    lines by its first; `message 2/` before it in a file), never its value, and the span in it."""
+
+    path: str
+    span: Span
+
+
+class HL7Result(NamedTuple):
+    """A de-identified message or file, and where the text stack found PHI in it."""
+
+    text: str
+    findings: tuple[Finding, ...] = ()
 
 
 @dataclass
@@ -92,6 +115,7 @@ class MessageWalk:
         self._open_note: tuple[str, Note] | None = None
         self._fields: list[tuple[er7.Segment, int, list]] = []
         self._cleared: list[tuple[er7.Segment, int, str]] = []  # fields whose rule empties every leaf
+        self._copy_back: list[tuple[list[str], int, list[str], int]] = []  # QIP values ruled in their field's place
         self._not_separators = _not_separators(self.d)
 
     # --- segments and fields
@@ -104,13 +128,16 @@ class MessageWalk:
             for n, raw in _fields(seg):
                 if not raw or raw == '""':
                     continue
+                if (seg.sid == "QPD" and n >= 3) or f"{seg.sid}.{n}" in self.profile.subject_values:
+                    self._query_field(seg, n, raw, f"{seg.sid}[{k}]-{n}")
+                    continue
                 rule, kind = plans.get(n) or self._plan(seg, n, plans)
                 if kind is KEEP:  # a datatype (ID, NM...) whose rule is `keep` is kept the same
                     continue
                 if kind is CONDITIONAL:  # a site rule's condition: decided per repetition
                     self._conditional(rule, seg, n, raw, f"{seg.sid}[{k}]-{n}")
                     continue
-                if kind is CHECKED and not DATE_TIME_RE.search(raw):
+                if kind is CHECKED and not (DAY_RE if seg.sid in PATIENT_SEGMENTS else DATE_TIME_RE).search(raw):
                     self.checked_fields.append((seg, n, raw))  # checked whole, split only on a hit
                     continue
                 if kind is CLEARS:  # every leaf emptied: only the separators stay
@@ -121,6 +148,63 @@ class MessageWalk:
                 for rep in f:
                     self.rep(rule, rep, where, seg)
                 self._fields.append((seg, n, f))
+
+    def _query_field(self, seg: er7.Segment, n: int, raw: str, where: str) -> None:
+        """A query parameter (QPD-3 on) by its query's statement in the profile (`queries`, by QPD-1.1): a rule,
+        or `@SEG.n^value` pairs; else, as a subject field's values (QRF-5), every value removed and known."""
+        name = self._decoded(seg.get(1).split(self.d.component)[0]).strip().upper() if seg.sid == "QPD" else ""
+        query = self.profile.queries.get(name)
+        f = er7.split_field(raw, self.d)
+        if query and n in query.pairs:
+            self._query_pairs(f, f"{where}.2", seg)
+        elif query and n in query.fields:
+            for rep in f:
+                self.rep(query.fields[n], rep, where, seg)
+        else:
+            for rep in f:
+                self._known_and_removed(rep)
+        self._fields.append((seg, n, f))
+
+    def _query_pairs(self, f: list, where: str, seg: er7.Segment) -> None:
+        """QIP `@SEG.n[.c[.s]]^value` pairs (a repetition each): each value (component 2) ruled as the field it
+        names, in that field's component and subcomponent, the pairs that name one field together (an id with its
+        authority, `@PID.3.1` with `@PID.3.4.1`, gets the pseudonym the same id has in PID-3). A pair that names
+        no field of the standard, and what follows a value: removed and known."""
+        shaped: dict[tuple[str, int], list[list[list[str]]]] = {}  # (segment, field) → reps in the field's shape
+        for rep in f:
+            m = QIP_FIELD_RE.fullmatch(self._decoded(rep[0][0]).strip()) if rep and rep[0] else None
+            sid, n = (m.group(1), int(m.group(2))) if m else ("", 0)
+            if len(rep) < 2 or not m or (field_type(self.version, sid, n) is None
+                                         and f"{sid}.{n}" not in self.profile.fields):
+                self._known_and_removed(rep[1:])
+                continue
+            c, sub = int(m.group(3) or 1), int(m.group(4) or 0)
+            value, slots = rep[1], range(sub - 1, sub) if sub else range(len(rep[1]))
+            reps = shaped.setdefault((sid, n), [])
+            target = next((r for r in reps if not any(_slot(r, c, j) for j in slots)), None)  # a free place
+            if target is None:
+                reps.append(target := [])
+            target.extend([""] for _ in range(c - len(target)))
+            comp = target[c - 1]
+            comp.extend("" for _ in range(max(slots) + 1 - len(comp)))
+            for k, j in enumerate(slots):
+                comp[j] = value[k]
+                self._copy_back.append((comp, j, value, k))
+            self._known_and_removed(rep[2:])
+        for (sid, n), reps in shaped.items():
+            for rep in reps:
+                self.rep(self.profile.rule(sid, n, self.version), rep, where, seg)
+
+    def _known_and_removed(self, comps: list[list[str]]) -> None:
+        """Every leaf emptied and kept as a known identifier of the message: a whole calendar date as a date,
+        anything else as a unique identifier (the text stack masks it, the guard looks for it)."""
+        for comp in comps:
+            for j, raw in enumerate(comp):
+                value = self._decoded(raw).strip()
+                if value:
+                    full = dtm_full_date(value) if is_calendar_dtm(value) else None
+                    self.known.add(KnownIdentifier(full, "DATE") if full else KnownIdentifier(value, "UNIQUE_IDENTIFIER"))
+                comp[j] = ""
 
     def _plan(self, seg: er7.Segment, n: int, plans: dict[int, tuple[Rule, str]]) -> tuple[Rule, str]:
         rule = self._rule(seg, n)
@@ -141,6 +225,8 @@ class MessageWalk:
 
     def finish(self) -> None:
         """Write every transformed field back into its segment (after the text stack wrote its notes)."""
+        for holder, i, comp, j in self._copy_back:
+            comp[j] = holder[i]
         for seg, n, f in self._fields:
             seg.set(n, er7.join_field(f, self.d))
         for seg, n, raw in self._cleared:
@@ -282,9 +368,10 @@ class MessageWalk:
     def _keep(self, rule: Rule, leaves, where, owner, rep, seg, container) -> None:
         if not rule.options.get("checked"):
             return None
-        for holder, j in leaves:  # a number or code that holds a date with a time: a sender's misuse
+        with_time = seg.sid not in PATIENT_SEGMENTS
+        for holder, j in leaves:  # a number or code that holds a date (with a time): a sender's misuse
             value = self._decoded(holder[j])
-            if is_calendar_dtm(value, with_time=True):
+            if is_calendar_dtm(value, with_time=with_time):
                 self._as_date(holder, j, value, where, owner, rep)
             elif value.strip():
                 self.checked.append((holder, j, value))
@@ -321,6 +408,11 @@ class MessageWalk:
                 holder[j] = ""
 
     def _text(self, rule: Rule, leaves, where, owner, rep, seg, container) -> None:
+        if owner in ADDRESS_TYPES and where.endswith(".4") and ZIP_RE.fullmatch(self._decoded(leaves[0][0][leaves[0][1]])):
+            address = self.profile.datatype(owner)  # a ZIP in the state: ruled as the ZIP (XAD-5)
+            zip_rule = self._resolve(address.components.get(5, address.default)) if isinstance(address, Datatype) else None
+            if isinstance(zip_rule, Rule):
+                return self.method(zip_rule, leaves, where, owner, rep, seg, container)
         for holder, j in leaves:
             if holder[j]:
                 self.text(holder, j, where, owner, rep, seg)
@@ -375,7 +467,10 @@ class MessageWalk:
                 return self._age90(value)
             out = dtm_year(value) if m == "year" else dtm_shift(value, self._offset(options))
         except (DTMError, dates.DateFormatError, ValueError):
-            return None
+            # a timestamp that is not standard (a sender's MSH-7 `2024-01-01T12:00`): its year where one reads
+            out = readable_year(value) if m == "year" else None
+            if out is None:
+                return None
         self.written_dates.add((self._segment_number, out))
         return out
 
@@ -519,7 +614,10 @@ class MessageWalk:
             first = 1 if datatype == "XPN" else 2
             # given, middle, family (with its subcomponents), each by its words with a letter
             parts = [p for p in map(name_words, c(first + 1) + c(first + 2) + c(first)) if p]
-            if parts and datatype == "XPN":
+            subject = datatype == "XCN" and _field_key(where) in self.profile.subject_names
+            if subject and c(1):
+                add(KnownIdentifier(c(1)[0], "UNIQUE_IDENTIFIER"))
+            if parts and (datatype == "XPN" or subject):
                 add(KnownIdentifier(" ".join(parts), "NAME"))
                 for part in parts if len(parts) > 1 else ():  # each a name in its own right, whatever word it
                     add(KnownIdentifier(part, "NAME"))        # spells (titles have their own components)
@@ -575,16 +673,20 @@ class MessageWalk:
 
     def known_identifiers(self) -> tuple[tuple[KnownIdentifier, ...], tuple[KnownIdentifier, ...]]:
         """(for the text stack, for the leak guard): the known identifiers that identify alone
-        (`identifying.identifying`), in a stable order. Staff names (XCN) are masked in text unless an
-        organisation of the message bears the same name, but the guard does not look for them: they are not
-        the patient's, and codes (a route "HAND", a department) often share a word with one."""
+        (`identifying.identifying`), in a stable order; the guard's names without their short words. Staff
+        names (XCN) are masked in text unless an organisation of the message bears the same name, but the guard
+        does not look for them: they are not the patient's, and codes (a route "HAND", a department) often
+        share a word with one."""
         msh = self.message.segments[0]
         routing = {t.strip().upper() for n in (3, 4, 5, 6) for t in ROUTING_SPLIT_RE.split(self._decoded(msh.get(n)))}
         orgs = self.org_names | routing
         staff = {KnownIdentifier(v, "NAME") for v in self.staff_names if v.strip().upper() not in orgs}
         patient = {k for k in self.known if identifying(k, routing)}
         text = patient | {k for k in staff if identifying(k, routing)}
-        return tuple(sorted(text, key=_value_and_category)), tuple(sorted(patient, key=_value_and_category))
+        # the guard reads names less their one- and two-letter words (each part long enough is a known identifier
+        # of its own): those spell table codes, an initial "BC" in a plan code "BC-CNY", a prefix "Mr" in "MR"
+        guarded = set(map(_long_words, patient))
+        return tuple(sorted(text, key=_value_and_category)), tuple(sorted(guarded, key=_value_and_category))
 
     def _note_for(self, seg: er7.Segment, where: str) -> Note:
         if seg.sid == "OBX" and where.rsplit("-", 1)[-1].split(".")[0] == "5":
@@ -667,6 +769,7 @@ class HL7Deidentifier:
     stack: TextStack
     clock: Callable[[], date] = dates.today
     terms: TextStack = field(default_factory=known_identifiers_only)  # what kept coded text is searched with
+    charset: str = ""  # the codec of messages whose MSH-18 is empty (--charset), else the profile's
     # per rule (by identity: the profile's own objects, held here so that an id is never another's), worked out
     # once: what `run` does with a field, the resolved rule of each component of a datatype, OBX-5 age rules
     _kinds: dict[int, tuple[Rule, str]] = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -722,6 +825,11 @@ class HL7Deidentifier:
         """The OBX-5 rule of an age in years where the profile perturbs numbers (NM): the NM rule's, as an age."""
         return _once(self._age_rules, nm, lambda rule: Rule(method="perturb", options={**rule.options, "age": True}))
 
+    def read(self, data: bytes) -> er7.Decoded:
+        """HL7v2 bytes as text (`message.read_bytes`): where MSH-18 is empty, in the channel's character set (`charset`,
+        else the site rules file's), else only as UTF-8."""
+        return er7.read_bytes(data, self.charset or self.profile.charset)
+
     def deidentify(self, message: str) -> str:
         """One ER7 message in, its de-identified ER7 out (segments ended by \\r).
 
@@ -730,32 +838,45 @@ class HL7Deidentifier:
         """
         return self._message(er7.parse_message(message), "message")
 
+    def deidentify_with_findings(self, message: str) -> HL7Result:
+        """`deidentify`, and where the text stack found PHI (paths within the message)."""
+        findings: list[Finding] = []
+        return HL7Result(self._message(er7.parse_message(message), "message", findings, ""), tuple(findings))
+
     def deidentify_file_text(self, text: str) -> str:
-        """Every message of a file (and its FHS/BHS/BTS/FTS envelope), de-identified, in order. The envelope's
-        segments are read with the known identifiers of every message of the file (those they wrap): a
-        patient's name in a batch header's or trailer's free text (FHS-9, BHS-9, BTS-2) is a known name."""
+        """Every message of a file (and its FHS/BHS/BTS/FTS envelope), de-identified, in order."""
+        return self.deidentify_file(text).text
+
+    def deidentify_file(self, text: str) -> HL7Result:
+        """`deidentify_file_text`, and where the text stack found PHI (`message N/` before each path). The
+        envelope's segments are read with the known identifiers of every message of the file (those they
+        wrap): a patient's name in a batch header's or trailer's free text (FHS-9, BHS-9, BTS-2) is a known name."""
         items = er7.parse_text(text)
         out: list[str] = [""] * len(items)
+        found: list[list[Finding]] = [[] for _ in items]
         wrapped: set[KnownIdentifier] = set()
         n = 0
         for i, item in enumerate(items):
             if not item.envelope:
                 n += 1
-                out[i], known = self._deidentified(item, f"message {n}")
+                where = f"message {n}"
+                out[i], known = self._deidentified(item, where, found[i], where + "/")
                 wrapped.update(known)
         linked = tuple(sorted(wrapped, key=_value_and_category))
         for i, item in enumerate(items):
             if item.envelope:
-                out[i] = self._deidentified(item, f"envelope {item.segments[0].sid}", linked)[0]
-        return "".join(out)
+                where = f"envelope {item.segments[0].sid}"
+                out[i] = self._deidentified(item, where, found[i], where + "/", linked)[0]
+        return HL7Result("".join(out), tuple(f for item_found in found for f in item_found))
 
-    def _message(self, message: er7.Message, where: str) -> str:
-        return self._deidentified(message, where)[0]
+    def _message(self, message: er7.Message, where: str, findings: list[Finding] | None = None, at: str = "") -> str:
+        return self._deidentified(message, where, findings, at)[0]
 
-    def _deidentified(self, message: er7.Message, where: str, linked: tuple[KnownIdentifier, ...] = ()
-                      ) -> tuple[str, tuple[KnownIdentifier, ...]]:
-        """(the message's output, the known identifiers its leak guard read); `linked`: the known identifiers
-        of other messages (an envelope's), masked in its text and read by its guard as its own."""
+    def _deidentified(self, message: er7.Message, where: str, findings: list[Finding] | None = None, at: str = "",
+                      linked: tuple[KnownIdentifier, ...] = ()) -> tuple[str, tuple[KnownIdentifier, ...]]:
+        """(the message's output, the known identifiers its leak guard read), its findings added to `findings`
+        (their paths after `at`); `linked`: the known identifiers of other messages (an envelope's), masked in
+        its text and read by its guard as its own."""
         before = message.ids()
         known: set[KnownIdentifier] = set()
         walk = MessageWalk(self, message, known)
@@ -773,6 +894,8 @@ class HL7Deidentifier:
             raise RecordRefused(f"{where}: text detector failed: {e}") from None
         for note, spans in zip(notes + terms, found):
             note.write(note, spans)
+            if findings is not None:
+                findings.extend(Finding(at + note.where, span) for span in spans)
         walk.remove_kept_identifiers(guarded)
         walk.finish()
         out = er7.fit_charset(message)  # the output as written; the guard reads its fields
@@ -801,6 +924,27 @@ def _leaks(message: er7.Message, profile: HL7Profile, version: str, written_date
             return []
     strings = _output_strings(message, profile, version, written_dates, skip_codes)
     return leak_guard.scan(strings, guarded) + dates_with_time(strings, guarded)
+
+
+def _long_words(known: KnownIdentifier) -> KnownIdentifier:
+    """A name without its words of fewer than MIN_CHARACTERS letters; a name of short words only ("Li Wu": no
+    part of it is looked for on its own), and any other known identifier, as it is."""
+    if known.category != "NAME":
+        return known
+    words = known.value.split()
+    long = [w for w in words if len(w.strip(".,")) >= MIN_CHARACTERS]
+    return known if len(long) in (0, len(words)) else KnownIdentifier(" ".join(long), "NAME")
+
+
+def _slot(rep: list[list[str]], c: int, j: int) -> bool:
+    """Whether subcomponent `j` (from 0) of component `c` (from 1) of a rep holds a value already."""
+    return len(rep) >= c and len(rep[c - 1]) > j and rep[c - 1][j] != ""
+
+
+def _field_key(where: str) -> str:
+    """`QRD.8` for a place `QRD[2]-8.1`."""
+    sid, _, rest = where.partition("[")
+    return f"{sid}.{rest.split('-', 1)[-1].split('.')[0]}"
 
 
 def _number_or_text(value: str):

@@ -7,6 +7,7 @@ sample output with python-hl7 and hl7apy as well.
 """
 from __future__ import annotations
 
+import codecs
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -31,6 +32,26 @@ CHARSETS = {
     "GB 18030-2000": "gb18030", "KS X 1001": "euc_kr", "BIG-5": "big5", "ISO IR87": "iso2022_jp",
     "WINDOWS-1252": "cp1252", "CP1252": "cp1252",
 }
+# `8859/1` as senders also spell it: ISO-8859-1, ISO_8859-1, 8859-1, and `8859` alone (always part 1 in practice)
+ISO_8859_RE = re.compile(r"(?:ISO)?[-_ ]?8859(?:[-_/ ](\d{1,2}))?")
+
+
+def charset_codec(name: str) -> str | None:
+    """The codec of a character set's name: an HL7 table 0211 name, or an unambiguous spelling of one (`8859/1`,
+    `ISO-8859-1`, `latin-1`, `UTF-8`, `8859`: Python's codec names and aliases of the 0211 charsets); else None."""
+    label = name.strip().upper()
+    if label in CHARSETS:
+        return CHARSETS[label]
+    m = ISO_8859_RE.fullmatch(label)
+    if m:
+        return CHARSETS.get(f"8859/{m.group(1) or 1}")
+    try:
+        return _CODECS.get(codecs.lookup(label).name)
+    except LookupError:
+        return None
+
+
+_CODECS = {codecs.lookup(c).name: c for c in CHARSETS.values()}  # Python's name of each codec → ours
 
 
 @dataclass(frozen=True)
@@ -223,33 +244,36 @@ def msh18(data: bytes) -> str:
     return msh[17].split(m.group(3) or b"~")[0].decode("ascii", "replace").strip().upper() if len(msh) > 17 else ""
 
 
-def read_bytes(data: bytes) -> Decoded:
+def read_bytes(data: bytes, default: str = "") -> Decoded:
     """The one way HL7v2 bytes become text, for files, MLLP frames and HTTP bodies alike. A BOM is dropped.
     Valid UTF-8 is read as UTF-8 (senders often declare ASCII or 8859/1 and send UTF-8); other bytes are read
-    in the charset MSH-18 declares. Anything else is a CharsetError: characters are never replaced or guessed,
-    because a garbled name is one the detectors cannot find."""
+    in the charset MSH-18 declares, or where MSH-18 is empty in `default` (a channel's charset: a codec of
+    `charset_codec`). Anything else is a CharsetError: characters are never replaced or guessed, because a
+    garbled name is one the detectors cannot find."""
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]
     label = msh18(data)
-    if label and label not in CHARSETS:
+    codec = charset_codec(label) if label else default or None
+    if label and codec is None:
         raise CharsetError(f"MSH-18: unknown character set {label[:24]!r} (HL7 table 0211)")
     try:
         return Decoded(data.decode("utf-8"), "utf-8")
     except UnicodeDecodeError:
         pass
-    codec = CHARSETS.get(label)
     if codec in (None, "utf-8", "ascii"):
-        raise CharsetError("not UTF-8 text, and MSH-18 declares no other character set" if not label else
+        raise CharsetError("not UTF-8 text, and MSH-18 declares no other character set (--charset names the "
+                           "channel's)" if not label else
                            f"the bytes are not valid in the character set MSH-18 declares ({label})")
     try:
         return Decoded(data.decode(codec), codec)
     except UnicodeDecodeError:
-        raise CharsetError(f"the bytes are not valid in the character set MSH-18 declares ({label})") from None
+        raise CharsetError(f"the bytes are not valid in the character set MSH-18 declares ({label})" if label else
+                           f"the bytes are not valid in the channel's character set ({codec})") from None
 
 
-def decode_bytes(data: bytes) -> str:
+def decode_bytes(data: bytes, default: str = "") -> str:
     """The text of HL7v2 bytes (see `read_bytes`)."""
-    return read_bytes(data).text
+    return read_bytes(data, default).text
 
 
 def split_segments(text: str) -> list[str]:
@@ -330,7 +354,7 @@ UTF8_LABEL = "UNICODE UTF-8"
 def message_codec(msh: Segment, d: Delimiters) -> str:
     """The codec MSH-18 (first repetition) names; UTF-8 when it names none or one this module does not know."""
     label = msh.get(18).split(d.repetition)[0].strip().upper() if msh.sid == "MSH" else ""
-    return CHARSETS.get(label, "utf-8")
+    return (charset_codec(label) if label else None) or "utf-8"
 
 
 def fit_charset(message: Message) -> str:

@@ -16,7 +16,8 @@ from typing import Callable, Iterable
 
 from fhir_transforms import dates
 from fhir_transforms import safe_harbor_gaps as gaps
-from fhir_transforms.hl7v2.standard import datatype_names, defined_fields, field_type
+from fhir_transforms.hl7v2.message import charset_codec
+from fhir_transforms.hl7v2.standard import datatype_names, defined_fields, field_type, table_components
 from fhir_transforms.methods import HL7V2, METHODS
 from fhir_transforms.rules import SAFE_HARBOR, ProfileError, check_options, read_profile_file
 from fhir_transforms.site_rules import RulesFileError, SiteRules, as_rules_error, merge
@@ -28,6 +29,9 @@ DTM_RE = re.compile(r"^(?P<date>\d{4}(?:\d{2}(?:\d{2})?)?)(?P<time>(?:\d{2}(?:\d
                     r"(?P<tz>[+-]\d{4})?$")
 CALENDAR_DTM_RE = re.compile(r"^(?P<y>\d{4})(?P<m>\d{2})(?P<d>\d{2})(?P<time>(?:\d{2}|\d{4}|\d{6}(?:\.\d{1,4})?)?)"
                              r"(?P<tz>[+-]\d{4})?$")
+
+LEADING_YEAR_RE = re.compile(r"\s*(\d{4})")
+YEAR_RE = re.compile(r"(?<!\d)(\d{4})(?!\d)")
 
 
 class DTMError(ValueError):
@@ -50,6 +54,14 @@ def dtm_to_fhir_date(value: str) -> str:
 def dtm_year(value: str) -> str:
     """Year only: `198808181126+0215` → `1988`."""
     return dates.year_only(dtm_to_fhir_date(value))
+
+
+def readable_year(value: str) -> str | None:
+    """The year of a timestamp that is not an HL7 DTM (`2024-01-01T12:00`, `20240101 1200`, `01/02/2024`): its
+    first four digits, else its one four-digit group, when that is a year 1800-2199; else None."""
+    m = LEADING_YEAR_RE.match(value)
+    years = [m.group(1)] if m else YEAR_RE.findall(value)
+    return years[0] if len(years) == 1 and 1800 <= int(years[0]) <= 2199 else None
 
 
 def dtm_shift(value: str, days: int) -> str:
@@ -115,6 +127,18 @@ class Datatype:
     default: Rule
 
 
+@dataclass(frozen=True)
+class QueryParameters:
+    """One query's parameters (QPD-3 on) by its conformance statement: a rule per field, and the fields of
+    `@SEG.n^value` pairs (QIP)."""
+
+    fields: dict[int, Rule]
+    pairs: frozenset[int] = frozenset()
+
+
+QIP = "QIP"  # a query parameter of field-named pairs, in a profile's `queries`
+
+
 @dataclass
 class HL7Profile:
     name: str
@@ -134,6 +158,10 @@ class HL7Profile:
     key_id_field: str
     leak_guard_skip: frozenset[str] = frozenset()
     leak_guard_skip_components: dict[str, frozenset[int]] = field(default_factory=dict)
+    queries: dict[str, QueryParameters] = field(default_factory=dict)  # by QPD-1.1, upper case
+    subject_names: frozenset[str] = frozenset()  # SEG.n of XCN fields that name the patient queried (QRD-8)
+    subject_values: frozenset[str] = frozenset()  # SEG.n whose every value is about that patient (QRF-5)
+    charset: str = ""  # the codec of messages whose MSH-18 is empty (a site rules file's `charset`), else UTF-8 only
     rules_sha256: str = ""  # a site rules file's hash (fhir_transforms/site_rules.py); "" for a packaged profile
     safe_harbor_gaps: tuple = ()  # the rules that keep more than Safe Harbor allows (fhir_transforms/safe_harbor_gaps.py)
     # lookups repeat for every field of every message: each answer is worked out once
@@ -183,12 +211,14 @@ class HL7Profile:
 
     def guard_reading(self, sid: str, n: int, version: str) -> tuple[bool, frozenset[int] | None]:
         """How the leak guard reads field `n` of `sid`: (skipped whole, the components it skips when it skips
-        coding systems and HD parts, else None)."""
+        coding systems, HD parts and table values (hl7apy's ID and IS components), else None)."""
         readings = self.guard_readings(sid, version)
         found = readings.get(n)
         if found is None:
-            found = readings[n] = (f"{sid}.{n}" in self.leak_guard_skip,
-                                   self.leak_guard_skip_components.get(self.datatype_of(sid, n, version) or ""))
+            datatype = self.datatype_of(sid, n, version) or ""
+            skip = self.leak_guard_skip_components.get(datatype, frozenset()) | table_components(version).get(
+                datatype, frozenset())  # table codes (CX-5 "MR") are no person's name part ("Mr")
+            found = readings[n] = (f"{sid}.{n}" in self.leak_guard_skip, skip or None)
         return found
 
     def datatype(self, name: str) -> Rule | Datatype:
@@ -336,8 +366,31 @@ def hl7_profile_from_doc(doc: dict, where_of: Callable[..., str], rules_sha256: 
         leak_guard_skip=frozenset(doc.get("leak_guard_skip", [])),
         leak_guard_skip_components={str(k): frozenset(int(i) for i in v)
                                     for k, v in (doc.get("leak_guard_skip_components") or {}).items()},
+        queries={str(name).strip().upper(): _query(spec, where_of("queries", str(name)), names)
+                 for name, spec in (doc.get("queries") or {}).items()},
+        subject_names=frozenset(doc.get("subject_names", [])),
+        subject_values=frozenset(doc.get("subject_values", [])),
+        charset=_charset(doc.get("charset"), where_of("charset")),
         rules_sha256=rules_sha256,
     )
+
+
+def _charset(name, where: str) -> str:
+    """The codec a profile's `charset` names ('' for none); an unknown or ambiguous name is an error."""
+    if name is None:
+        return ""
+    codec = charset_codec(str(name))
+    if codec is None:
+        raise ProfileError(f"{where}: unknown character set {str(name)[:24]!r} (HL7 table 0211: 8859/1, UNICODE UTF-8 ...)")
+    return codec
+
+
+def _query(spec: dict, where: str, datatypes: set[str]) -> QueryParameters:
+    """A query's parameters from `queries.<name>`: field number (3 or more) → a rule, a datatype or `QIP`."""
+    if not isinstance(spec, dict) or not all(str(k).isdigit() and int(k) >= 3 for k in spec):
+        raise ProfileError(f"{where}: a query maps QPD field numbers (3 on) to rules")
+    return QueryParameters({int(k): _rule(v, f"{where}.{k}", datatypes) for k, v in spec.items() if v != QIP},
+                           frozenset(int(k) for k, v in spec.items() if v == QIP))
 
 
 def identifier_system(profile: HL7Profile, namespace_id: str, universal_id: str, universal_id_type: str) -> str:

@@ -2,7 +2,11 @@
 
 Each version's table is built once, at the first message of that version: (segment id, field number) →
 datatype name (`CM_MSG`-style composites of v2.1-2.4 keep hl7apy's name). A field the version does not
-define, or defines without a datatype (withdrawn), has none: the profile rules it by value.
+define has the type of the first later version that does, else of the last earlier one (QRD in v2.7+); a
+field a version withdrew (`WD`: PID-2 from v2.7) has the type of the last version that defined it; and a
+v2.1/2.2 field has the v2.3 type where v2.3 makes it an identifier, a name, an address or a phone: the
+values are the same, typed as text, a number, a code or a `CM` composite there (PID-4, PID-6, ORC-2/3,
+OBR-2/3, PV1-19), or as the old PN, AD, TN, CN and CK, whose components the X types kept in place.
 """
 from __future__ import annotations
 
@@ -12,6 +16,10 @@ from functools import lru_cache
 
 SUPPORTED = ("2.1", "2.2", "2.3", "2.3.1", "2.4", "2.5", "2.5.1", "2.6", "2.7", "2.8", "2.8.1", "2.8.2")
 DEFAULT_VERSION = "2.5.1"  # no or an unreadable MSH-12: the version most messages in use follow
+OLDEST = ("2.1", "2.2")  # the versions that typed identifiers and names as ST, NM, ID, CM or PN, AD, TN, CN, CK
+# the v2.3 types that replace the type of a field of v2.1/2.2 (`field_type`)
+PERSON_TYPES = frozenset({"CX", "EI", "EIP", "XPN", "XCN", "XAD", "XTN", "XON", "PL"})
+TABLE_VALUES = ("ID", "IS")  # the datatypes of coded table values (HL7 tables 0203, 0200...)
 
 
 def standard_version(msh12: str) -> str:
@@ -53,12 +61,41 @@ def field_types(version: str) -> dict[tuple[str, int], str]:
 def field_type(version: str, sid: str, n: int) -> str | None:
     """The datatype of field `n` of segment `sid` in `version` (a `standard_version`), else in the first
     later version that defines it (senders use later segments and fields: PRT or ORC-24 in a v2.3
-    message), else None."""
-    for v in SUPPORTED[SUPPORTED.index(version):]:
+    message), else in the last earlier one, else None; a withdrawn field and the oldest versions' untyped
+    identifiers are typed as the module says."""
+    at = SUPPORTED.index(version)
+    for v in SUPPORTED[at:]:
         found = field_types(v).get((sid, n))
+        if found and found.upper() == "WD":  # hl7apy's v2.6 tables spell it `wd`
+            return _last_defined(at, sid, n) or "WD"
         if found:
+            if version in OLDEST:
+                later = field_types("2.3").get((sid, n))
+                return later if later in PERSON_TYPES else found
+            return found
+    return _last_defined(at, sid, n)
+
+
+def _last_defined(before: int, sid: str, n: int) -> str | None:
+    """The type the last version before `SUPPORTED[before]` gave a field, a withdrawn one's skipped."""
+    for v in reversed(SUPPORTED[:before]):
+        found = field_types(v).get((sid, n))
+        if found and found.upper() != "WD":
             return found
     return None
+
+
+@lru_cache(maxsize=None)
+def table_components(version: str) -> dict[str, frozenset[int]]:
+    """datatype name → its components that hold table values (ID, IS: identifier types, name types, use codes),
+    for every composite datatype of `version`: codes, which the leak guard does not compare with names."""
+    structs = importlib.import_module("hl7apy.v" + version.replace(".", "_") + ".datatypes").DATATYPES_STRUCTS
+    found = {}
+    for name, children in structs.items():
+        coded = frozenset(i for i, child in enumerate(children, 1) if child[1][0] == "leaf" and child[1][2] in TABLE_VALUES)
+        if coded:
+            found[name] = coded
+    return found
 
 
 @lru_cache(maxsize=None)

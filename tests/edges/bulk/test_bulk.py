@@ -257,3 +257,31 @@ def test_a_90_plus_patient_from_another_file_loses_the_years_that_tell_their_age
     # 1931 + 90 = 2021: the 2015 encounter of the 94-year-old tells their age; 2025 and the young patient's keep a year
     assert starts == [None, "2025", "2015"]
     assert "Quarrington" not in (out / "Encounter.000.ndjson").read_text()
+
+
+def test_a_part_edited_with_its_digest_is_done_again_not_published(tmp_path):
+    """Issue #36: the journal is keyed, so a raw line appended to a finished part, its sha256 put in the journal
+    to match, does not pass as finished work on resume (the chunk is de-identified again)."""
+    from adapter.bulk.job import Chunk, Journal
+    import hashlib
+
+    run = {"export": "x"}
+    first = Journal(tmp_path / "work", run, TEST_SECRET)
+    first.open("2026-01-15", lambda: "2026-01-15")
+    first.record(Chunk(0, "Patient.000.ndjson", 0, 10, 1, 1), b'{"resourceType": "Patient"}\n', {"written": 1})
+    first.record(Chunk(1, "Patient.000.ndjson", 10, 10, 2, 1), b'{"resourceType": "Patient"}\n', {"written": 1})
+    first.close()
+    part = first.part(1)
+    tampered = part.read_bytes() + b'{"resourceType": "Patient", "name": [{"family": "Zyxwortel"}]}\n'
+    part.write_bytes(tampered)
+    journal = first.path.read_text().splitlines()
+    entry = json.loads(journal[2])
+    entry["sha256"] = hashlib.sha256(tampered).hexdigest()
+    journal[2] = json.dumps(entry)
+    first.path.write_text("\n".join(journal) + "\n")
+    again = Journal(tmp_path / "work", run, TEST_SECRET)
+    again.open(None, lambda: "2026-01-15")
+    assert set(again.done) == {0}
+    other_key = Journal(tmp_path / "work", run, bytes(32))
+    other_key.open(None, lambda: "2026-01-15")
+    assert other_key.done == {}  # a journal written under another key is no one's finished work
