@@ -57,6 +57,11 @@ def audit_key_file() -> str | None:
     return _get("DEID_ADAPTER_AUDIT_KEY_FILE")
 
 
+def audit_anchor() -> str | None:
+    """DEID_ADAPTER_AUDIT_ANCHOR: the audit store's anchor file (default: beside a SQLite store, else in the state folder)."""
+    return _get("DEID_ADAPTER_AUDIT_ANCHOR")
+
+
 def actor() -> str | None:
     """DEID_ADAPTER_ACTOR: who acts, for the audit trail."""
     return _get("DEID_ADAPTER_ACTOR")

@@ -18,7 +18,9 @@ chaining, signing, insert and commit), which does not drown in that noise: micro
 its share of the de-identification time alone (de-identify + serialize, without the output write), in
 wall-clock time and in this thread's CPU time (on a loaded machine wall-clock time also counts waiting
 for a core; the audit also waits for the commit's fsync, which varies with the disk's load, and for the
-PostgreSQL server). Last, raw append rates (one record per transaction, batches of 100) and verify speed.
+PostgreSQL server). Last, raw append rates (one record per transaction, batches of 100) and verify speed,
+and what the anchor file costs: one-record appends with and without it, in alternating rounds, each keeping
+its best (`--appends-only` runs only these).
 """
 from __future__ import annotations
 
@@ -97,10 +99,28 @@ def append_rates(trail: AuditTrail) -> str:
             f"verify: {report.records} records in {verify_s:.3f} s ({report.records / verify_s:.0f}/s, ok={report.ok})")
 
 
+def anchor_ratio(trail: AuditTrail, rounds: int = 7, per_round: int = 100) -> str:
+    """One-record appends with the anchor line written and without, alternating; the ratio of the best rounds."""
+    entry = AuditEntry("deidentify", "benchmark", "cli", "fhir", "0" * 64, "1" * 64, "safe-harbor", "1", "patterns",
+                       {}, "k-x", [["Patient.text.div", 0, 4, "NAME", "known", 1.0]] * 5)
+    anchor, best = trail.anchor, {"with anchor": float("inf"), "without": float("inf")}
+    for r in range(rounds):
+        for mode in (("with anchor", "without") if r % 2 else ("without", "with anchor")):
+            trail.anchor = anchor if mode == "with anchor" else None
+            start = time.perf_counter()
+            for _ in range(per_round):
+                trail.append([entry])
+            best[mode] = min(best[mode], (time.perf_counter() - start) / per_round)
+    trail.anchor = anchor
+    return (f"anchor: {best['with anchor'] * 1e3:.2f} ms per one-record append with it, {best['without'] * 1e3:.2f} ms "
+            f"without ({best['with anchor'] / best['without']:.2f}x)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--pg", default=PG_DEFAULT, help="PostgreSQL URL ('' to skip)")
+    parser.add_argument("--appends-only", action="store_true", help="only the append rates and the anchor's cost")
     args = parser.parse_args()
     tune_gc()  # as every deid-adapter command does
     secret = secrets.token_bytes(32)  # throwaway keys
@@ -124,7 +144,7 @@ def main() -> None:
         modes = {"off": None, "off again": None, **trails}  # "off again": the same work, to show the noise
         sessions = {mode: AuditSession(trail, engine, actor="benchmark", channel="cli", data_format="fhir")
                     for mode, trail in modes.items()}
-        for label, files in workloads().items():
+        for label, files in ({} if args.appends_only else workloads()).items():
             n = sum(len(f.resources) for f in files)
             # Each file goes through every mode back to back, so drifting machine load hits the modes alike, in
             # an order that rotates (a run can leave caches warm for the next); each (mode, file, part) keeps its
@@ -158,6 +178,7 @@ def main() -> None:
                 for name in trails))
         for name, trail in trails.items():
             print(f"{name}: {append_rates(trail)}")
+            print(f"{name}: {anchor_ratio(trail)}")
             trail.close()
     finally:
         if admin is not None:

@@ -5,7 +5,9 @@ Leak check:
 For every input file it collects the people's names, telecom, address lines, cities, full ZIPs, every
 identifier value, patient ids and every full date, then searches the output (JSON text, XHTML and HTML
 with tags as spaces and as rendered, inline tags joined, character references decoded, base64 attachments
-decoded, RTF escapes too) for each, case-insensitively, as whole tokens.
+decoded, RTF escapes too) for each, case-insensitively, as whole tokens, and in a normal form of its own (JSON
+and HL7 escapes decoded, invisible format characters dropped, accents dropped, look-alike letters as Latin): a
+name part of five letters or more is also looked for inside longer tokens and reversed.
 """
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ import base64
 import html
 import json
 import re
+import unicodedata
+from functools import lru_cache
 from pathlib import Path
 
 PEOPLE = {"Patient", "RelatedPerson", "Person", "Practitioner"}
@@ -84,7 +88,44 @@ def searchable_text(doc) -> str:
             except ValueError:
                 continue
             parts += [decoded, *markup_readings(decoded), rtf_text(decoded)]
-    return "\n".join(parts).lower()
+    text = "\n".join(parts)
+    return text.lower() + "\n" + normal_form(text)
+
+
+@lru_cache(maxsize=1)
+def _skeletons() -> dict[str, str]:
+    """Look-alike character -> the ASCII letter or digit it is confusable with (Unicode's confusables.txt)."""
+    from confusable_homoglyphs.confusables import confusables_data  # loads its table: only when a check runs
+
+    table = {}
+    for char, glyphs in confusables_data.items():
+        latin = sorted(g["c"] for g in glyphs if len(g["c"]) == 1 and g["c"].isascii() and g["c"].isalnum())
+        if len(char) == 1 and not char.isascii() and latin:
+            table[char] = min(latin, key=lambda c: (not c.islower(), not c.isalpha(), c)).lower()
+    return table
+
+
+def normal_form(text: str) -> str:
+    """Text as a reader takes it: JSON \\uXXXX and HL7 escapes decoded (formatting as a space), format characters
+    (zero-width, soft hyphen, direction marks) dropped, compatibility forms and accents undone, case folded,
+    look-alike letters as Latin."""
+    text = re.sub(r"\\u([0-9a-fA-F]{4})", lambda m: chr(int(m[1], 16)), text)
+    text = re.sub(r"\\(?:\.[a-z]{2}[+-]?\d*|[FSTRE])\\", " ", re.sub(r"\\[HN]\\", "", text))
+    skeletons = _skeletons()
+    text = "".join(skeletons.get(c, c) for c in unicodedata.normalize("NFKD", text))
+    return "".join(skeletons.get(c, c) for c in unicodedata.normalize("NFKD", text.casefold())
+                   if unicodedata.category(c) not in ("Mn", "Me", "Cf"))
+
+
+def _found(kind: str, value: str, text: str) -> bool:
+    """Whether `value` is in `text` (searchable_text) as a whole token, or a long name part anywhere or reversed."""
+    tail = r"(?![0-9])" if kind == "date" else r"(?![0-9a-z])"
+    if re.search(r"(?<![0-9a-z])" + re.escape(value.lower()) + tail, text):
+        return True
+    folded = normal_form(value)
+    if re.search(r"(?<![0-9a-z])" + re.escape(folded) + tail, text):
+        return True
+    return kind == "name" and sum(c.isalpha() for c in folded) >= 5 and (folded in text or folded[::-1] in text)
 
 
 def markup_readings(text: str) -> list[str]:
@@ -108,12 +149,7 @@ def leaks(input_path: Path, output_path: Path) -> tuple[int, list[str]]:
     for doc in load(input_path):
         values |= identifying_values(doc)
     text = "\n".join(searchable_text(d) for d in load(output_path))
-    found = []
-    for kind, value in sorted(values):
-        tail = r"(?![0-9])" if kind == "date" else r"(?![0-9a-z])"
-        if re.search(r"(?<![0-9a-z])" + re.escape(value.lower()) + tail, text):
-            found.append(kind)
-    return len(values), found
+    return len(values), [kind for kind, value in sorted(values) if _found(kind, value, text)]
 
 
 def references(doc) -> tuple[set[str], list[str]]:
@@ -145,9 +181,4 @@ def broken_references(before: dict, after: dict) -> int:
 def leaks_in(before: dict, after: dict) -> list[str]:
     """Kinds of identifying values of `before` found in `after`."""
     text = searchable_text(after)
-    found = []
-    for kind, value in sorted(identifying_values(before)):
-        tail = r"(?![0-9])" if kind == "date" else r"(?![0-9a-z])"
-        if re.search(r"(?<![0-9a-z])" + re.escape(value.lower()) + tail, text):
-            found.append(kind)
-    return found
+    return [kind for kind, value in sorted(identifying_values(before)) if _found(kind, value, text)]

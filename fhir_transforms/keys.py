@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from fhir_transforms.config import files
+
 KEY_FILE_ENV = "DEID_ADAPTER_KEY_FILE"
 PURPOSES = ("pseudonym", "audit", "vault", "review")
 ID_PREFIX = {"pseudonym": "k-", "audit": "a-", "vault": "v-", "review": "r-"}
@@ -117,7 +119,7 @@ def key_ring(path: Path, purpose: str | None = None) -> list[tuple[Path, Key, bo
 def key_purpose(path: Path) -> str:
     """The purpose a key file declares (files written before purposes existed are pseudonym keys)."""
     try:
-        body = json.loads(Path(path).read_text())
+        body = json.loads(files.read_config_text(path, files.MAX_KEY_BYTES))
     except OSError as e:
         raise KeyError_(f"key file {path}: {e.strerror}") from None
     except ValueError:
@@ -142,8 +144,10 @@ def load_key(path: str | os.PathLike | None = None, purpose: str = "pseudonym") 
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise KeyError_(f"key file {p} is readable by group or others (mode {stat.S_IMODE(mode):o}); chmod 600 it")
     try:
-        body = json.loads(p.read_text())
+        body = json.loads(files.read_config_text(p, files.MAX_KEY_BYTES))
         secret = base64.b64decode(body["secret"], validate=True)
+    except OSError as e:
+        raise KeyError_(f"key file {p}: {e.strerror}") from None
     except (ValueError, KeyError, TypeError):
         raise KeyError_(f"key file {p} is not a deid-adapter key file") from None
     if len(secret) < 32:

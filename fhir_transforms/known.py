@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from typing import Iterable
 
-from text_deid.spans import KnownIdentifier
+from text_deid.spans import KnownIdentifier, Span
 
 PEOPLE = {"Patient", "RelatedPerson", "Person", "Practitioner"}
 PERSON_TYPES = PEOPLE | {"PractitionerRole"}  # what a Reference.display names a person for
@@ -28,6 +28,9 @@ def is_identifier_shaped(known: KnownIdentifier) -> bool:
 
 # resources that are things, not people: their identifiers may be their names (known identifiers elsewhere)
 THING_TYPES = frozenset({"Organization", "Location", "Device", "DeviceDefinition", "HealthcareService", "Endpoint"})
+# Resources of a record's staff and organizations: Safe Harbor's identifiers are the patient's and those of their
+# relatives, household and employers, so a word of a name only these hold is not masked in coded terms
+STAFF_TYPES = frozenset({"Practitioner", "PractitionerRole"}) | THING_TYPES
 
 
 def thing_names(resources: Iterable[dict]) -> tuple[str, ...]:
@@ -134,3 +137,29 @@ def collect(resources: Iterable[dict]) -> set[KnownIdentifier]:
         if is_one_of(res.get("resourceType"), PEOPLE):
             found.update(_person(res))
     return found
+
+
+def collect_staff(resources: Iterable[dict]) -> tuple[set[KnownIdentifier], set[KnownIdentifier]]:
+    """(the staff's, the patient's and their people's) names among the known identifiers `collect` finds."""
+    staff: set[KnownIdentifier] = set()
+    personal: set[KnownIdentifier] = set()
+    for res in resources:
+        kind = res.get("resourceType")
+        if is_one_of(kind, PEOPLE):
+            (staff if kind in STAFF_TYPES else personal).update(k for k in _person(res) if k.category == "NAME")
+    return staff, personal
+
+
+def words_of_names(known: Iterable[KnownIdentifier]) -> frozenset[str]:
+    """The casefolded words of the names among `known`."""
+    return frozenset(w.casefold() for k in known if k.category == "NAME" for w in k.value.replace(",", " ").split())
+
+
+def without_staff_words(term: str, spans: list[Span], personal_words: frozenset[str]) -> list[Span]:
+    """A coded term's spans less the single words that no name of the patient or their people holds ("test" in
+    "Reason for lab test" beside a provider named TEST): Safe Harbor's identifiers are the individual's and their
+    relatives', household's and employers'. A staff member's whole name stays masked, as does a term that is the
+    word alone (it names the person)."""
+    whole = term.strip()
+    return [s for s in spans if not (s.category == "NAME" and len(covered := term[s.start:s.end].split()) == 1
+                                     and covered[0] != whole and covered[0].casefold() not in personal_words)]

@@ -6,9 +6,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Iterable
 
-import fhirpathpy
 import yaml
 
+from fhir_transforms.config import fhirpath
 from fhir_transforms.fpe import FpeFormat
 from fhir_transforms import safe_harbor_gaps as gaps
 from fhir_transforms.methods import FHIR, METHODS
@@ -43,11 +43,9 @@ class Rule:
 
 
 def _true(test: Callable, node) -> bool:
-    """FHIRPath's answer as a condition: true only for a single `true` (an empty answer is false)."""
-    try:
-        return test(node) == [True]
-    except Exception:  # fhirpathpy raises its own kinds on a value of an unexpected shape: the condition fails
-        return False
+    """FHIRPath's answer as a condition: true only for a single `true` (an empty answer is false); a condition that
+    errors or runs out of its budget refuses the record (fhir_transforms/config/fhirpath.py)."""
+    return fhirpath.holds(test, node)
 
 
 @dataclass(frozen=True)
@@ -156,10 +154,11 @@ def _rule(spec, where: str) -> Rule:
     if condition is None:
         return Rule(method, options)
     try:
-        test = fhirpathpy.compile(condition)
-        test({})  # fhirpathpy compiles lazily: a first evaluation finds what it cannot parse or does not implement
-    except Exception as e:  # the FHIRPath parser raises its own kinds
-        raise ProfileError(f"{where}: where: not a FHIRPath expression ({str(e)[:120]})") from None
+        test = fhirpath.compile_condition(condition) if isinstance(condition, str) else None
+    except fhirpath.ConditionError as e:
+        raise ProfileError(f"{where}: where: {e}") from None
+    if test is None:
+        raise ProfileError(f"{where}: where: a FHIRPath expression (a string)")
     return Rule(method, options, condition, test)
 
 

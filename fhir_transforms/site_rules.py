@@ -18,6 +18,7 @@ from pathlib import Path
 import jsonschema
 import yaml
 
+from fhir_transforms.config import files, yaml_data
 from fhir_transforms.methods import COMMON, FHIR, HL7V2, METHODS, Param
 from fhir_transforms.rules import MAPPINGS, ProfileError, profile_names, read_profile_file
 import mappings
@@ -173,11 +174,13 @@ def read_site_rules(path: Path) -> SiteRules:
     """Read and check a site rules file: RulesFileError names the file and line of each problem."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = files.read_config_text(path)
+    except files.ConfigFileError as e:
+        raise RulesFileError(f"{path}: cannot read the rules file: {e.strerror}") from None
     except (OSError, UnicodeDecodeError) as e:
         raise RulesFileError(f"{path}: cannot read the rules file ({type(e).__name__})") from None
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        node = yaml_data.compose(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
         line = mark.line + 1 if mark else 1
@@ -214,7 +217,7 @@ def _construct(node: yaml.Node, keys: tuple[str, ...], lines: dict, problems: li
     if isinstance(node, yaml.MappingNode):
         out: dict = {}
         for key_node, value_node in node.value:
-            key = str(yaml.SafeLoader("").construct_object(key_node))
+            key = str(yaml_data.construct_scalar(key_node))
             if key in out:
                 problems.append((key_node.start_mark.line + 1, f"{source}:{key_node.start_mark.line + 1}: "
                                  f"{'.'.join(keys + (key,))}: given twice"))
@@ -223,7 +226,7 @@ def _construct(node: yaml.Node, keys: tuple[str, ...], lines: dict, problems: li
         return out
     if isinstance(node, yaml.SequenceNode):
         return [_construct(v, keys + (str(i),), lines, problems, source) for i, v in enumerate(node.value)]
-    return yaml.SafeLoader("").construct_object(node)
+    return yaml_data.construct_scalar(node)
 
 
 def _unexpected_key(error: jsonschema.ValidationError) -> str | None:

@@ -1,4 +1,4 @@
-"""Shared fixtures: a fixed test key (golden files depend on it), the shared sample data, the CLI."""
+"""Shared fixtures: a fixed test key (golden files depend on it), the sample data in tests/data, the CLI."""
 from __future__ import annotations
 
 import base64
@@ -18,7 +18,15 @@ from fhir_transforms.rules import load_profile
 from text_deid.stack import build_stack
 
 ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data"  # a few files of each sample corpus, in the repository (tests/data/SOURCES.md)
+# The full sample and peer corpora and the independent leak checkers beside a development checkout (../shared):
+# a clone has none, so the tests that measure on them are skipped there.
 SHARED = ROOT.parent / "shared" / "data"
+SHARED_TOOLS = ROOT.parent / "shared" / "tools"
+needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason="measures on the full sample and peer corpora of "
+                                  "../shared/data, which is not beside this checkout")
+needs_shared_tools = pytest.mark.skipif(not SHARED_TOOLS.is_dir(), reason="runs the independent leak checker of "
+                                        "../shared/tools, which is not beside this checkout")
 CASES = ROOT / "tests" / "cases"  # golden files and refused cases
 TEST_SECRET = bytes(range(32))  # a fixed, public test key: golden files are made with it
 FIXED_TODAY = date(2026, 1, 15)
@@ -74,3 +82,13 @@ def run_cli(*args: str, key_file: Path | None = None, check: bool = False) -> su
     if check and proc.returncode != 0:
         raise AssertionError(f"exit {proc.returncode}: {proc.stderr[-2000:]}")
     return proc
+
+
+def independent_leak_check(tool: str, given: Path, written: Path) -> tuple[int, dict] | None:
+    """The independent checker `tool` of ../shared/tools (fhir_leak.py, hl7_leak.py) on the input and output
+    folders: its exit code and JSON line; None where the checker is not beside this checkout."""
+    path = SHARED_TOOLS / tool
+    if not path.is_file():
+        return None
+    done = subprocess.run([sys.executable, str(path), str(given), str(written)], capture_output=True, text=True)
+    return done.returncode, json.loads(done.stdout)

@@ -34,7 +34,7 @@ from adapter.review.flow import route
 from adapter.review.queue import ReviewQueue, Thresholds
 from fhir_transforms import keys
 from fhir_transforms.keys import Key, key_id_for
-from tests.conftest import FIXED_TODAY, SHARED, TEST_SECRET, make_engine, run_cli
+from tests.conftest import DATA, FIXED_TODAY, TEST_SECRET, make_engine, run_cli
 from text_deid.spans import Span
 
 # --- Audit stores for the audit tests: a SQLite file, and a throwaway schema on a real PostgreSQL server.
@@ -90,7 +90,7 @@ def dump(url: str) -> bytes:
 
 
 # --- What the bulk tests share: the sample export, one reference run (local engine, one worker), an export with
-SAMPLE = SHARED / "fhir" / "bulk-ndjson"
+SAMPLE = DATA / "fhir" / "bulk-ndjson"
 TODAY = FIXED_TODAY.isoformat()
 _REFERENCE: dict[str, Path] = {}
 

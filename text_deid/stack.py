@@ -11,6 +11,7 @@ from functools import partial
 from typing import Callable, Sequence
 
 from text_deid import budget, merge, safe_harbor
+from text_deid.clinical.values import drop_clinical_values
 from text_deid.detectors import Detector
 from text_deid.detectors.gazetteer import GazetteerDetector
 from text_deid.detectors.known_identifiers import KnownIdentifierDetector
@@ -42,6 +43,10 @@ def _validation() -> SpanFilter:
     return validate
 
 
+def _clinical_values() -> SpanFilter:
+    return drop_clinical_values
+
+
 def _ner(settings: NerSettings) -> Detector:
     try:
         return NerDetector(settings.model_path, settings.labels_path, threads=settings.threads,
@@ -69,7 +74,8 @@ DETECTORS: dict[str, Callable[..., Detector]] = {"known": _known, "patterns": _p
                                                  "ner": _ner, "llm": _llm}
 
 # Filter name → factory of a span filter, applied in order before the union merge.
-FILTERS: dict[str, Callable[..., SpanFilter]] = {"validation": _validation, "second-opinion": _second_opinion}
+FILTERS: dict[str, Callable[..., SpanFilter]] = {"clinical-values": _clinical_values, "validation": _validation,
+                                                 "second-opinion": _second_opinion}
 
 # Detectors and filters whose factory takes the stack's LlmSettings (the others take nothing).
 # Components whose factory takes settings → which settings (the others take none).
@@ -85,10 +91,11 @@ STACKS: dict[str, tuple[str, ...]] = {
     "balanced": ("known", "patterns", "ner", "llm"),  # + the second-opinion filter
     "gazetteer": ("known", "patterns", "gazetteer"),  # the no-llm stack without NER, for ablations
 }
-# Stack name → filters run on its spans before the merge; stacks not named here have none.
-STACK_FILTERS: dict[str, tuple[str, ...]] = {name: ("validation",)
-                                             for name in ("no-llm", "recall-first", "gazetteer", "ner-only")}
-STACK_FILTERS["balanced"] = ("second-opinion", "validation")  # the veto sees every detector's spans, untrimmed
+# Stack name → filters run on its spans before the merge, in order. Every stack drops clinical values first.
+STACK_FILTERS: dict[str, tuple[str, ...]] = {name: ("clinical-values",) for name in STACKS}
+STACK_FILTERS.update({name: ("clinical-values", "validation")
+                      for name in ("no-llm", "recall-first", "gazetteer", "ner-only")})
+STACK_FILTERS["balanced"] = ("clinical-values", "second-opinion", "validation")  # the veto sees the spans untrimmed
 DEFAULT_STACK = "no-llm"  # ../shared/DESIGN.md: the default when no LLM is configured
 DETECTOR_TIMEOUT_S = 300.0
 

@@ -4,7 +4,9 @@ decision and re-identification, stored with SQLAlchemy (SQLite by default, Postg
 A record holds who, when, what operation, SHA-256 of input and output, profile, rules version, stack and
 detector versions, the pseudonym key id, and where PHI was found (path, offsets, category, detector,
 confidence). It never holds covered text, an original value or a key. Each record holds the hash of the one
-before it; a signed head checkpoint names the last record, so a truncated tail is found too. Appends are
+before it; a signed head checkpoint names the last record, so a truncated tail is found too; and a signed line in
+an anchor file outside the store (adapter/audit/anchor.py) names it again, so a store rolled back whole to an
+earlier consistent head is found as well. Appends are
 serialized (SQLite `BEGIN IMMEDIATE`, PostgreSQL `SELECT … FOR UPDATE` on the head row) and committed
 (fsync) before the caller is answered, so any number of threads and processes keep one chain.
 """
@@ -28,8 +30,9 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, NamedTuple, Optional,
 
 from urllib.parse import quote
 
-from fhir_transforms import keys
 from adapter import settings
+from adapter.audit.anchor import Anchor, AnchorError, AnchoredHead, default_path
+from fhir_transforms import keys
 
 if TYPE_CHECKING:
     from sqlalchemy import MetaData
@@ -119,7 +122,7 @@ class Break:
     """The first place the chain does not hold: which record (its seq), what kind of break, and a sentence."""
 
     seq: int
-    kind: str  # changed | wrong-signature | unknown-key | deleted | inserted | reordered | truncated | head
+    kind: str  # changed | wrong-signature | unknown-key | deleted | inserted | reordered | truncated | head | anchor
     message: str
 
 
@@ -129,13 +132,15 @@ class VerifyReport:
     head_seq: int
     head_hash: str
     broken: Optional[Break] = None
+    anchor_seq: Optional[int] = None  # the head its anchor file names (None: no anchor)
 
     @property
     def ok(self) -> bool:
         return self.broken is None
 
     def to_json(self) -> dict:
-        out = {"ok": self.ok, "records": self.records, "head_seq": self.head_seq, "head_hash": self.head_hash}
+        out = {"ok": self.ok, "records": self.records, "head_seq": self.head_seq, "head_hash": self.head_hash,
+               "anchor_seq": self.anchor_seq}
         if self.broken:
             out["broken"] = {"seq": self.broken.seq, "kind": self.broken.kind, "message": self.broken.message}
         return out
@@ -413,9 +418,11 @@ def _append_sql(dialect) -> _AppendSql:
 class AuditTrail:
     """One audit store and the audit key ring: append entries, verify the chain, export the accounting."""
 
-    def __init__(self, url: str, ring: Sequence[keys.Key], engine: Optional[Engine] = None, *, read_only: bool = False):
+    def __init__(self, url: str, ring: Sequence[keys.Key], engine: Optional[Engine] = None, *, read_only: bool = False,
+                 anchor: str | os.PathLike | None = None):
         """`read_only`: verify and export only; the store must exist (TrailMissing names what is not there) and
-        nothing is created or written, not even the genesis head."""
+        nothing is created or written, not even the genesis head. `anchor`: the store's anchor file (default:
+        adapter/audit/anchor.py default_path)."""
         if not ring:
             raise AuditError("no audit key")
         self.url = url
@@ -425,6 +432,8 @@ class AuditTrail:
         from sqlalchemy.exc import SQLAlchemyError
 
         self.engine = engine or make_engine(url, read_only)
+        anchor_path = Path(anchor) if anchor else default_path(url, state_dir())
+        self.anchor = Anchor(anchor_path) if anchor_path else None
         self.is_postgres = self.engine.dialect.name == "postgresql"
         self._sql = _append_sql(self.engine.dialect)
         try:
@@ -432,15 +441,18 @@ class AuditTrail:
                 self._check_tables()
             else:
                 self._ensure_schema()
+                if self.anchor is not None:
+                    self._check_against_anchor()
         except SQLAlchemyError as e:
             raise AuditError(f"audit store {self.display_url}: {type(e).__name__}: {_short(e)}") from None
 
     @classmethod
     def open(cls, target: str | os.PathLike | None = None, key_file: str | os.PathLike | None = None, *,
-             read_only: bool = False) -> AuditTrail:
+             read_only: bool = False, anchor: str | os.PathLike | None = None) -> AuditTrail:
         """The trail at `target` (URL or SQLite path; default DEID_ADAPTER_AUDIT, else ~/.local/state/deid-adapter/audit.sqlite)
         signed with the audit key at `key_file` (default DEID_ADAPTER_AUDIT_KEY_FILE, else audit.key beside the default
-        database, created on first use with mode 0600; never by a `read_only` open)."""
+        database, created on first use with mode 0600; never by a `read_only` open). `anchor`: the anchor file (default
+        DEID_ADAPTER_AUDIT_ANCHOR, else beside a SQLite store or in the state folder)."""
         key_path = Path(key_file or settings.audit_key_file() or state_dir() / "audit.key")
         try:
             if not read_only and not key_file and not settings.audit_key_file() and not key_path.exists():
@@ -454,7 +466,8 @@ class AuditTrail:
             raise AuditError(f"audit key: {e}") from None
         except OSError as e:
             raise AuditError(f"audit key {key_path}: {e.strerror}") from None
-        return cls(existing_url(target) if read_only else database_url(target), ring, read_only=read_only)
+        return cls(existing_url(target) if read_only else database_url(target), ring, read_only=read_only,
+                   anchor=anchor or settings.audit_anchor())
 
     @property
     def display_url(self) -> str:
@@ -496,13 +509,20 @@ class AuditTrail:
 
         try:
             with self.engine.connect() as conn:
-                return self._append_rows(conn.connection.dbapi_connection, fields, middles)
+                first, last, last_hash = self._append_rows(conn.connection.dbapi_connection, fields, middles)
         except (SQLAlchemyError, self.engine.dialect.loaded_dbapi.Error) as e:
             raise AuditError(f"audit store {self.display_url}: {type(e).__name__}: {_short(e)}") from None
+        if self.anchor is not None:
+            try:
+                self.anchor.write(self.key, last, last_hash)
+            except AnchorError as e:
+                raise AuditError(str(e)) from None
+        return list(range(first, last + 1))
 
-    def _append_rows(self, dbapi, fields: list[tuple], middles: list[str]) -> list[int]:
+    def _append_rows(self, dbapi, fields: list[tuple], middles: list[str]) -> tuple[int, int, str]:
         """One transaction on the driver's own connection (SQLAlchemy's per-statement work is most of a small
-        append): lock the head, chain and sign, insert, move the head, commit."""
+        append): lock the head, chain and sign, insert, move the head, commit. Returns the first and last seq and
+        the last record's hash."""
         secret = self.key.secret
         cur = dbapi.cursor()
         try:
@@ -531,7 +551,7 @@ class AuditTrail:
             raise
         finally:
             cur.close()
-        return list(range(first, seq + 1))
+        return first, seq, prev
 
     def _checked_head(self, row) -> tuple[int, str]:
         """(seq, record hash) of the head checkpoint row (seq, record_hash, audit_key_id, signature) once its signature
@@ -578,13 +598,22 @@ class AuditTrail:
         a wrong signature, a truncated tail or a bad head checkpoint."""
         from sqlalchemy.exc import SQLAlchemyError
 
+        anchored, anchor_problem = None, None
+        try:  # the anchor first: every line in it is of a committed append, so the snapshot taken next holds it
+            anchored = self.anchor.lines(self.ring) if self.anchor is not None else None
+        except AnchorError as e:
+            anchor_problem = str(e)
         try:
             with self._read() as conn, conn.begin():
-                return self._verify(conn)
+                report = self._verify(conn, anchored)
+                if report.ok and anchor_problem:
+                    return VerifyReport(report.records, report.head_seq, report.head_hash,
+                                        Break(report.head_seq, "anchor", anchor_problem))
+                return report
         except SQLAlchemyError as e:
             raise AuditError(f"audit store {self.display_url}: {type(e).__name__}: {_short(e)}") from None
 
-    def _verify(self, conn: Connection) -> VerifyReport:
+    def _verify(self, conn: Connection, anchored: Optional[list[AnchoredHead]]) -> VerifyReport:
         import sqlalchemy as sa
 
         records, head = tables().records, tables().head
@@ -608,7 +637,60 @@ class AuditTrail:
         head_hash = h.record_hash if h is not None else ""
         if broken is None:
             broken = self._check_head(h, last_seq, prev, count)
-        return VerifyReport(count, head_seq, head_hash, broken)
+        if broken is None:
+            broken = self._check_anchor(conn, anchored, last_seq, count)
+        return VerifyReport(count, head_seq, head_hash, broken, max(anchored).seq if anchored else None)
+
+    def _check_anchor(self, conn: Connection, anchored: Optional[list[AnchoredHead]], last_seq: int,
+                      count: int) -> Optional[Break]:
+        """The store against its anchor: not behind it, and holding every record its last lines name."""
+        if self.anchor is None:
+            return None
+        where = self.anchor.path
+        if not anchored:
+            if count == 0:
+                return None
+            return Break(last_seq, "anchor", f"the store holds {count} records but its anchor {where} is missing: a "
+                                             "rollback cannot be ruled out (a store from before anchors gets one at "
+                                             "its next append)")
+        head = max(anchored)
+        if head.seq > last_seq:
+            return Break(last_seq + 1, "rolled-back", f"the store ends at record {last_seq} but its anchor {where} "
+                                                      f"names record {head.seq}: the store was rolled back, "
+                                                      f"records {last_seq + 1} to {head.seq} are gone")
+        stored = self._hashes(conn, {a.seq for a in anchored})
+        differing = sorted(a.seq for a in anchored if stored.get(a.seq) != a.record_hash)
+        if differing:
+            return Break(differing[0], "rolled-back", f"record {differing[0]} is not the one its anchor {where} "
+                                                      "names: the store was rolled back and written again")
+        return None
+
+    def _hashes(self, conn: Connection, seqs: set[int]) -> dict[int, str]:
+        import sqlalchemy as sa
+
+        records = tables().records
+        query = sa.select(records.c.seq, records.c.record_hash).where(records.c.seq.in_(sorted(seqs)))
+        return {seq: record_hash for seq, record_hash in conn.execute(query)}
+
+    def _check_against_anchor(self) -> None:
+        """On opening a store to write: refuse one behind its anchor, or disagreeing with it (rolled back), rather
+        than extend it past the records its anchor names."""
+        import sqlalchemy as sa
+
+        try:
+            anchored = self.anchor.head(self.ring)
+        except AnchorError as e:
+            raise AuditError(f"{e}; run `deid-adapter audit verify`") from None
+        if anchored is None:
+            return
+        records, head = tables().records, tables().head
+        with self._read() as conn, conn.begin():
+            seq = conn.execute(sa.select(head.c.seq).where(head.c.id == 1)).scalar() or 0
+            found = conn.execute(sa.select(records.c.record_hash).where(records.c.seq == anchored.seq)).scalar()
+        if seq < anchored.seq or found != anchored.record_hash:
+            raise AuditError(f"audit store {self.display_url} was rolled back: its anchor {self.anchor.path} names "
+                             f"record {anchored.seq}, {'which it no longer holds' if seq < anchored.seq else 'another one'}"
+                             "; run `deid-adapter audit verify`")
 
     def _check(self, row) -> Optional[str]:
         if _record_hash(row) != row["record_hash"]:
@@ -696,6 +778,8 @@ class AuditTrail:
 
     def close(self) -> None:
         self.engine.dispose()
+        if self.anchor is not None:
+            self.anchor.close()
 
 
 def _short(e: Exception) -> str:

@@ -49,8 +49,12 @@ def _trail_for_reading(target: Optional[str], key_file: Optional[Path]) -> Audit
 def verify(target: Optional[str] = AuditOpt, key_file: Optional[Path] = AuditKeyOpt,
            as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
            allow_empty: bool = typer.Option(False, "--allow-empty", help="A missing or empty trail is expected "
-                                                                         "(a new install): exit 0 for it.")) -> None:
-    """Walk the chain; report the first broken record (changed, deleted, inserted, reordered, wrong signature, truncated).
+                                                                         "(a new install): exit 0 for it."),
+           anchor: Optional[Path] = typer.Option(None, "--anchor", envvar="DEID_ADAPTER_AUDIT_ANCHOR",
+                                                 show_envvar=True, help="The store's anchor file (default: beside a "
+                                                 "SQLite store, else in the state folder).")) -> None:
+    """Walk the chain; report the first broken record (changed, deleted, inserted, reordered, wrong signature, truncated),
+    or a store behind its anchor or disagreeing with it (rolled back).
 
     Read-only: the store is opened as it is and nothing is created or written. Exit 0 when the chain holds, 1 when
     it does not or when it holds no record, 2 when the store or key cannot be read or there is no trail
@@ -59,7 +63,7 @@ def verify(target: Optional[str] = AuditOpt, key_file: Optional[Path] = AuditKey
         fail("--audit off: there is no trail to read")
     start = time.perf_counter()
     try:
-        report = AuditTrail.open(target, key_file, read_only=True).verify()
+        report = AuditTrail.open(target, key_file, read_only=True, anchor=anchor).verify()
     except audit.TrailMissing as e:
         if not allow_empty:
             fail(f"{e}; --allow-empty if no trail is expected")

@@ -2,9 +2,12 @@
 take. Kept light: the group imports it to list commands without loading any engine."""
 from __future__ import annotations
 
+import errno
 import gc
+import socket
 from enum import Enum
 from pathlib import Path
+from typing import Optional
 
 import typer
 
@@ -84,3 +87,41 @@ def known_from_json(rec: dict) -> list[KnownIdentifier]:
     """The `known` list of a JSONL record (../shared/DESIGN.md); malformed entries are ignored."""
     return [KnownIdentifier(k["value"], k["category"]) for k in rec.get("known") or []
             if isinstance(k, dict) and isinstance(k.get("value"), str) and isinstance(k.get("category"), str)]
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A server's socket, bound and listening (port 0: one the system chooses): a port in use, or an address not
+    of this machine, is exit 2 with what to change."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, port), family=family, backlog=2048)
+    except OSError as e:
+        if e.errno == errno.EADDRINUSE:
+            fail(f"port {port} is in use (on {host}); choose another with --port")
+        fail(f"cannot listen on {host}:{port}: {e.strerror or e}")
+
+
+def host_text(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def serve_app(app, sock: socket.socket, ssl_certfile: Optional[Path], ssl_keyfile: Optional[Path], about: str,
+              **options) -> None:
+    """Run an ASGI app on uvicorn on `sock` (`options`: more of uvicorn's settings); say `about` (where it listens)
+    on stderr once it does. SIGTERM or Ctrl-C: uvicorn finishes the requests in hand and the app's shutdown, and
+    the command exits 0."""
+    import uvicorn
+
+    class Announcing(uvicorn.Server):
+        async def startup(self, sockets=None) -> None:
+            await super().startup(sockets)
+            if not self.should_exit:
+                typer.echo(about, err=True)
+
+        async def shutdown(self, sockets=None) -> None:
+            await super().shutdown(sockets)
+            getattr(self, "_captured_signals", []).clear()  # stopped as asked: not raised again to kill the process
+
+    Announcing(uvicorn.Config(app, access_log=False, log_level="warning",
+                              ssl_certfile=str(ssl_certfile) if ssl_certfile else None,
+                              ssl_keyfile=str(ssl_keyfile) if ssl_keyfile else None, **options)).run(sockets=[sock])

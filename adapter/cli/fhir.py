@@ -77,15 +77,17 @@ def fhir(
                          vault_key_file, fhir_version.value, rules)
     root = output if output.is_dir() or not single else None  # a folder written into: no link may lead out of it
     account = auditing.open_session(engine, "fhir", audit, audit_key_file, actor, vault, vault_key_file)
-    counts = {"written": 0, "bad_input": 0, "refused": 0, "skipped": 0, "resources": 0, "refused_lines": 0}
+    counts = {"written": 0, "bad_input": 0, "refused": 0, "skipped": 0, "resources": 0, "bundles": 0, "in_bundles": 0,
+              "refused_lines": 0}
     for path, rel in inputs:
         target = (output / rel.name if output.is_dir() else output) if single else output / rel
         try:
             if root is not None:
                 fhir_files.check_inside(target, root)  # before anything is audited
-            if _stream(engine, path, validate, account, target, root, rel, keep_file_names):
+            if (entries := _stream(engine, path, validate, account, target, root, rel, keep_file_names)) is not None:
                 counts["written"] += 1
-                counts["resources"] += 1
+                counts["bundles"] += 1
+                counts["in_bundles"] += entries
                 continue
             if path.suffix == ".ndjson":
                 written, refused_lines = _ndjson(engine, path, rel, target, root, validate, account, keep_file_names)
@@ -122,10 +124,14 @@ def fhir(
             typer.echo(f"refused  {e}", err=True)
         else:
             counts["written"] += 1
-            counts["resources"] += len(results)
-            typer.echo(f"ok  {rel} ({len(results)} resource{'s' * (len(results) != 1)})", err=True)
+            bundles = [len(_entries(r)) for r in results if r.get("resourceType") == "Bundle"]
+            counts["bundles"] += len(bundles)
+            counts["in_bundles"] += sum(bundles)
+            counts["resources"] += len(results) - len(bundles)
+            typer.echo(f"ok  {rel} ({_held(len(results) - len(bundles), len(bundles), sum(bundles))})", err=True)
     typer.echo(
-        f"{counts['written']} file(s) written to {output} ({counts['resources']} resource(s)), "
+        f"{counts['written']} file(s) written to {output} "
+        f"({_held(counts['resources'], counts['bundles'], counts['in_bundles'])}), "
         f"{counts['refused']} refused, {counts['bad_input']} bad input, {counts['skipped']} skipped (no resources)"
         + (f", {counts['refused_lines']} NDJSON line(s) refused" if counts["refused_lines"] else ""),
         err=True,
@@ -138,17 +144,30 @@ def fhir(
         fail("nothing to write: no input file held FHIR resources")
 
 
+def _entries(bundle: dict) -> list:
+    return [e for e in bundle.get("entry") or [] if isinstance(e, dict) and e.get("resource")]
+
+
+def _held(alone: int, bundles: int, in_bundles: int) -> str:
+    """What files held: resources on their own and in Bundles, a Bundle counted by its entries' resources."""
+    parts = [f"{alone} resource(s)"] if alone or not bundles else []
+    if bundles:
+        parts.append(f"{in_bundles} resource(s) in {bundles} Bundle(s)")
+    return ", ".join(parts)
+
+
 def _stream(engine, path: Path, validate: Validation, account, target: Path, root, rel: Path,
-            keep_file_names: bool) -> bool:
+            keep_file_names: bool) -> int | None:
     """A .json Bundle with validation off, de-identified entry by entry (fhir_transforms/r4/stream.py) to the same
-    bytes as the whole-record path, without holding it whole; False for anything else (read and done as usual).
+    bytes as the whole-record path, without holding it whole: the number of its entries written; None for anything
+    else (read and done as usual).
     RecordRefused and InputError propagate as from that path, with nothing written."""
     engine.validate = validate is Validation.full or (validate is Validation.sample and _sampled(path, 1))
     if engine.validate or path.suffix != ".json" or path.stat().st_size < STREAM_FROM_BYTES:
-        return False
+        return None
     bundle = fhir_files.read_bundle(path)
     if bundle is None or not stream.streamable(engine, bundle.header):
-        return False
+        return None
     writer = fhir_files.EntryWriter(target, root)
     try:
         try:
@@ -170,8 +189,8 @@ def _stream(engine, path: Path, validate: Validation, account, target: Path, roo
         writer.publish()
     finally:
         writer.discard()
-    typer.echo(f"ok  {rel} (1 resource)", err=True)
-    return True
+    typer.echo(f"ok  {rel} ({_held(0, 1, writer.count)})", err=True)
+    return writer.count
 
 
 class _Refused(Exception):

@@ -20,7 +20,7 @@ COMMANDS = {
     "fhir": ("adapter.cli.fhir", "fhir"),
     "eval": ("adapter.cli.text", "eval_"),
     "hl7": ("adapter.cli.hl7", "hl7"),
-    "mllp": ("adapter.cli.mllp", "mllp"),
+    "mllp": ("adapter.cli.mllp", "mllp_app"),
     "serve": ("adapter.cli.serve", "serve"),
     "bulk": ("adapter.cli.bulk", "bulk"),
     "risk": ("adapter.cli.risk", "risk_command"),

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import signal
@@ -18,7 +19,7 @@ from adapter.cli import auditing
 from adapter.cli.common import CharsetOpt, KeyFile, LlmModel, LlmUrl, ProfileOpt, RulesOpt, charset_codec, fail
 from adapter.engines import fhir_engine, profiles, with_vault_key
 from fhir_transforms.errors import SettingsError
-from adapter.mllp import listener as edge
+from adapter.mllp import client, listener as edge
 from fhir_transforms.hl7v2.engine import HL7Deidentifier
 from text_deid.stack import SETTINGS_OF, STACKS
 from adapter import settings
@@ -62,9 +63,29 @@ def _hl7_engine(key_file, profile: Optional[str], stack: Optional[str], llm=None
         fail(str(e))
 
 
+# The help keeps its line breaks, so its long paragraph is one line, written in pieces.
+LISTENER_HELP = ("""Receive HL7v2 over MLLP; de-identify each message, queue it durably, ACK AA, and forward it downstream.
+
+    AE: the message cannot be de-identified as given, or reuses the MSH-10 of a different message. AR: bad frame, no MSH, """
+     """unsupported MSH-18, too large, refused, over the time limit, or the queue is unavailable. The ERR segment names the """
+     """problem, never a value.
+
+    SIGTERM or Ctrl-C: stop accepting, finish the messages in hand, flush the queue, exit 0.
+
+    `deid-adapter mllp send FILE… --to HOST:PORT` sends messages to a listener and prints each ACK code.
+    """)
+
+
+mllp_app = typer.Typer(help="Receive HL7v2 over MLLP, de-identify, queue durably, ACK, forward; `mllp send` to try it.",
+                       invoke_without_command=True)
+
+
+@mllp_app.callback(invoke_without_command=True, help=LISTENER_HELP)
 def mllp(
-    listen: str = typer.Option(..., "--listen", help="HOST:PORT to accept MLLP connections on."),
-    forward: str = typer.Option(..., "--forward", help="Downstream HOST:PORT (MLLP), or a folder (one file a message)."),
+    ctx: typer.Context,
+    listen: Optional[str] = typer.Option(None, "--listen", help="HOST:PORT to accept MLLP connections on."),
+    forward: Optional[str] = typer.Option(None, "--forward",
+                                          help="Downstream HOST:PORT (MLLP), or a folder (one file a message)."),
     store: Path = typer.Option(Path("mllp-queue.sqlite"), "--store", help="SQLite store-and-forward queue."),
     profile: Optional[str] = ProfileOpt,
     rules: Optional[Path] = RulesOpt,
@@ -97,15 +118,10 @@ def mllp(
     audit_key_file: Optional[Path] = auditing.AuditKeyOpt,
     charset: Optional[str] = CharsetOpt,
 ) -> None:
-    # The help shows the docstring's line breaks, so its long paragraph is one line, written in pieces.
-    ("""Receive HL7v2 over MLLP; de-identify each message, queue it durably, ACK AA, and forward it downstream.
-
-    AE: the message cannot be de-identified as given, or reuses the MSH-10 of a different message. AR: bad frame, no MSH, """
-     """unsupported MSH-18, too large, refused, over the time limit, or the queue is unavailable. The ERR segment names the """
-     """problem, never a value.
-
-    SIGTERM or Ctrl-C: stop accepting, finish the messages in hand, flush the queue, exit 0.
-    """)
+    if ctx.invoked_subcommand is not None:
+        return
+    if listen is None or forward is None:
+        fail("mllp needs --listen HOST:PORT and --forward HOST:PORT|FOLDER (or: mllp send FILE… --to HOST:PORT)")
     try:
         listen_at = edge.parse_address(listen)
     except ValueError as e:
@@ -123,14 +139,18 @@ def mllp(
                         format="%(asctime)s deid-adapter mllp %(levelname)s %(message)s")
     workers = (os.cpu_count() or 1) if workers is None else workers
     pools = Pools(engine, workers, large_workers)
+    deid = engine.__self__
     limits = dict(max_frame=max_message_bytes, large_from=large_message_bytes, allow=networks,
-                  charset=codec or engine.__self__.profile.charset,
-                  message_timeout=message_timeout or _default_message_timeout(engine.__self__.stack))
+                  charset=codec or deid.profile.charset,
+                  message_timeout=message_timeout or _default_message_timeout(deid.stack),
+                  about=f"profile {deid.profile.name}, stack {deid.stack.name}, key {deid.pseudo.key_id}")
     try:
         with asyncio.Runner(loop_factory=edge.loop_factory()) as runner:
             runner.run(_run(engine, listen_at, target, store, pools, max(1, workers), retry_max_delay,
                             dedupe_hours * 3600, audit_hook, limits))
     except OSError as e:
+        if e.errno == errno.EADDRINUSE:
+            fail(f"port {listen_at[1]} is in use (on {listen_at[0]}); choose another with --listen")
         fail(f"cannot listen on {listen}: {e.strerror or e}")
     except sqlite3.Error as e:
         fail(f"{store}: cannot use the queue: {e}")
@@ -175,3 +195,45 @@ async def _run(deidentify, listen_at, target, store, pools: Pools, parallel, bac
     await edge.serve(deidentify, listen_at, target, store, executor=pools.small, parallel=parallel, stop=stop,
                      large_executor=pools.large, backoff_cap=backoff_cap, dedupe_window_s=dedupe_window_s,
                      audit=audit_hook, **limits)
+
+
+@mllp_app.command("send")
+def send(
+    files: list[Path] = typer.Argument(..., help="ER7 files: one or several messages each; LF or CR LF line ends "
+                                                  "are sent as CR."),
+    to: str = typer.Option(..., "--to", help="HOST:PORT of an MLLP listener."),
+    timeout: float = typer.Option(30.0, "--timeout", min=0.001, help="Seconds to wait for each ACK."),
+) -> None:
+    """Send HL7v2 messages over MLLP, one at a time, and print each one's ACK code (never its content).
+
+    Exit 0 when every message is answered AA (or CA); 1 when one is answered AE or AR, or not at all (the rest
+    are then not sent); 2 for a file that holds no message, or a peer that does not resolve."""
+    try:
+        host, port = edge.parse_address(to)
+    except ValueError as e:
+        fail(f"--to: {e}")
+    batches = []
+    for path in files:
+        try:
+            batches.append((path, client.messages_of(path.read_bytes())))
+        except OSError as e:
+            fail(f"{path}: {e.strerror or e}")
+        except ValueError as e:
+            fail(f"{path}: {e}")
+    labelled = [(f"{path} #{n}" if len(messages) > 1 else str(path), m)
+                for path, messages in batches for n, m in enumerate(messages, 1)]
+    codes: dict[str, int] = {}
+    try:
+        answers = client.send([m for _, m in labelled], host, port, timeout)
+        for (label, _), answer in zip(labelled, answers):
+            typer.echo(f"{label}: {answer.code or '-'}" + (f" ({answer.problem})" if answer.problem else ""))
+            key = answer.code if not answer.problem else "unanswered"
+            codes[key] = codes.get(key, 0) + 1
+    except client.NotSent as e:
+        fail(str(e), 2 if "does not resolve" in str(e) else 1)
+    sent = sum(codes.values())
+    counts = ", ".join(f"{n} {code}" for code, n in sorted(codes.items()))
+    not_sent = len(labelled) - sent
+    typer.echo(f"{sent} message(s) sent to {to}: {counts}" + (f"; {not_sent} not sent" if not_sent else ""), err=True)
+    if set(codes) - {"AA", "CA"} or not_sent:
+        raise typer.Exit(1)

@@ -13,7 +13,7 @@ import typer
 from adapter import files as fhir_files
 from adapter.audit import trail as audit
 from adapter.cli import auditing
-from adapter.cli.common import fail
+from adapter.cli.common import fail, host_text, listening_socket, serve_app
 from adapter.engines import fhir_engine
 from adapter.review.app import ReviewConfig, create_review_app
 from adapter.review.auth import ROLES, USERS_ENV, UsersFileError, UserStore, add_user
@@ -150,23 +150,21 @@ def review_serve(
     audit_key_file: Optional[Path] = auditing.AuditKeyOpt,
 ) -> None:
     """Serve the review page: sign in, held records by priority, one record at a time, release with decisions."""
-    import uvicorn
-
     try:
         store = UserStore.load(users)
     except UsersFileError as e:
         fail(str(e))
+    sock = listening_socket(host, port)
     out.mkdir(mode=0o700, parents=True, exist_ok=True)
     app = create_review_app(ReviewConfig(
         _queue(queue, review_key_file), store, fhir_engine(key_file, profile, stack, True, today),
         _thresholds(config), out, auditing.open_trail(audit_target, audit_key_file),
         secure_cookies=bool(ssl_certfile) or behind_tls))
-    typer.echo(f"review page on http{'s' * bool(ssl_certfile)}://{host}:{port}/", err=True)
+    bound = sock.getsockname()
     # uvicorn trusts X-Forwarded-For from 127.0.0.1 by default: a client could rotate it past the throttle
-    uvicorn.run(app, host=host, port=port, access_log=False, log_level="warning",
-                proxy_headers=bool(trusted_proxy), forwarded_allow_ips=trusted_proxy or "",
-                ssl_certfile=str(ssl_certfile) if ssl_certfile else None,
-                ssl_keyfile=str(ssl_keyfile) if ssl_keyfile else None)
+    serve_app(app, sock, ssl_certfile, ssl_keyfile,
+              f"review page on http{'s' * bool(ssl_certfile)}://{host_text(bound[0])}:{bound[1]}/",
+              proxy_headers=bool(trusted_proxy), forwarded_allow_ips=trusted_proxy or "")
 
 
 def review_add_user(users: Path = typer.Argument(..., help="Users file (created 0600)."),

@@ -105,9 +105,17 @@ def risk_command(
         typer.echo(f"report written to {report} and {report.with_suffix('.json')}", err=True)
     else:
         sys.stdout.write(json.dumps(figures, indent=2) + "\n")
+    said = set()  # --k's check and a --fail-under gate on the same figure are one result: said once
     for c in figures["thresholds"]:
-        typer.echo(f"{'pass' if c['passed'] else 'FAIL'}  {c['check']}  (value {c['value']})", err=True)
-    failed_gates = [c for c in figures["thresholds"][1:] if not c["passed"]]
+        if (c["check"], c["passed"]) not in said:
+            said.add((c["check"], c["passed"]))
+            typer.echo(f"{'pass' if c['passed'] else 'FAIL'}  {c['check']}  (value {c['value']})", err=True)
+    gates = figures["thresholds"][1:]
+    failed_gates = [c for c in gates if not c["passed"]]
+    typer.echo(f"{len(release.rows)} patient(s), k-anonymity {figures['k_anonymity']}, prosecutor risk at most "
+               f"{figures['risks']['prosecutor_max']:g}; " + (f"{len(failed_gates)} of {len(gates)} --fail-under "
+                                                              "check(s) failed" if gates else "no --fail-under check"),
+               err=True)
     if failed_gates:
         raise typer.Exit(EXIT_THRESHOLD)
 

@@ -9,7 +9,19 @@ from typing import List, Optional
 import typer
 
 from adapter.cli import auditing
-from adapter.cli.common import CharsetOpt, FhirVersion, LlmModel, LlmUrl, ProfileOpt, RulesOpt, charset_codec, fail
+from adapter.cli.common import (
+    CharsetOpt,
+    FhirVersion,
+    LlmModel,
+    LlmUrl,
+    ProfileOpt,
+    RulesOpt,
+    charset_codec,
+    fail,
+    host_text,
+    listening_socket,
+    serve_app,
+)
 from adapter.http.auth import (
     OPERATIONS,
     TOKENS_ENV,
@@ -21,7 +33,7 @@ from adapter.http.service import ServiceConfig, create_app
 from conformance.check import check
 from fhir_transforms import dates, keys
 from fhir_transforms.errors import SettingsError
-from text_deid.stack import StackUnavailable
+from text_deid.stack import DEFAULT_STACK, StackUnavailable
 from adapter.engines import profiles, text_stack
 from adapter import settings
 
@@ -53,8 +65,6 @@ def serve(
     charset: Optional[str] = CharsetOpt,
 ) -> None:
     """Serve POST /fhir/$de-identify, POST /hl7v2/$de-identify, GET /fhir/metadata, /healthz, /readyz, /metrics."""
-    import uvicorn
-
     llm = settings.llm(llm_url, llm_model)
     codec = charset_codec(charset)
     try:
@@ -70,9 +80,11 @@ def serve(
                            trail, llm=llm, site=chosen if chosen.site is not None else None,
                            fhir_version=fhir_version.value, charset=codec)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    uvicorn.run(create_app(config), host=host, port=port, access_log=False, log_level="warning",
-                ssl_certfile=str(ssl_certfile) if ssl_certfile else None,
-                ssl_keyfile=str(ssl_keyfile) if ssl_keyfile else None)
+    sock = listening_socket(host, port)
+    bound = sock.getsockname()
+    serve_app(create_app(config), sock, ssl_certfile, ssl_keyfile,
+              f"deid-adapter serve: listening on {'https' if ssl_certfile else 'http'}://{host_text(bound[0])}:{bound[1]} "
+              f"(profile {chosen.name}, stack {stack or DEFAULT_STACK}, key {key.key_id})")
 
 
 @tokens_app.command("add")
@@ -85,6 +97,8 @@ def tokens_add(file: Path = typer.Argument(..., help="Token file (created 0600).
     except TokenFileError as e:
         fail(str(e))
     typer.echo(token)
+    typer.echo(f"client {client} added to {file} ({', '.join(operation)}); its token, on stdout, is shown this once only",
+               err=True)
 
 
 @conformance_app.command("check")

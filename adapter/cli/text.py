@@ -58,14 +58,22 @@ def _text_stack(stack_name: Optional[str], llm: LlmSettings):
 
 
 def _text_results(stack, records, build):
-    out = []
+    """The rows `build` makes of each record and its spans, and how many spans were found in all."""
+    out, found = [], 0
     for rec in records:
         try:
             spans = stack.detect(rec["text"], known_from_json(rec))
         except DetectorError as e:
             fail(f"record {rec['id']}: refused: {e}", EXIT_REFUSED)
         out.append(build(rec, spans))
-    return out
+        found += len(spans)
+    return out, found
+
+
+def _summary(rows: list, done: str, output: Optional[Path], stack, found: int, what: str) -> None:
+    """The command's last line, on stderr: notes, where they went, the stack and the spans (counts only)."""
+    typer.echo(f"{len(rows)} note(s) {done} {output or 'stdout'} (stack {stack.name}): {found} span(s) {what}",
+               err=True)
 
 
 def _write_jsonl(rows: list[dict], path: Optional[Path]) -> None:
@@ -81,9 +89,11 @@ def text_detect(stack: Optional[str] = StackOpt, input: Optional[Path] = typer.O
                 output: Optional[Path] = typer.Option(None, "--out"), llm_url: Optional[str] = LlmUrl,
                 llm_model: Optional[str] = LlmModel) -> None:
     """JSONL {id, text, known?} in; JSONL {id, spans} out (offsets and categories, never text)."""
-    rows = _text_results(_text_stack(stack, settings.llm(llm_url, llm_model)), _read_jsonl(input),
-                         lambda rec, spans: {"id": rec["id"], "spans": [s.to_json() for s in spans]})
+    chosen = _text_stack(stack, settings.llm(llm_url, llm_model))
+    rows, found = _text_results(chosen, _read_jsonl(input),
+                                lambda rec, spans: {"id": rec["id"], "spans": [s.to_json() for s in spans]})
     _write_jsonl(rows, output)
+    _summary(rows, "read, their spans written to", output, chosen, found, "found")
 
 
 @text_app.command("redact")
@@ -98,9 +108,11 @@ def text_redact(stack: Optional[str] = StackOpt, surrogates: bool = typer.Option
             replacement = Surrogates(Pseudonymizer(keys.load_key(key_file)))
         except keys.KeyError_ as e:
             fail(str(e))
-    rows = _text_results(_text_stack(stack, settings.llm(llm_url, llm_model)), _read_jsonl(input),
-                         lambda rec, spans: {"id": rec["id"], "text": replace.apply(rec["text"], spans, replacement)})
+    chosen = _text_stack(stack, settings.llm(llm_url, llm_model))
+    rows, found = _text_results(chosen, _read_jsonl(input),
+                                lambda rec, spans: {"id": rec["id"], "text": replace.apply(rec["text"], spans, replacement)})
     _write_jsonl(rows, output)
+    _summary(rows, "redacted to", output, chosen, found, "surrogates" if surrogates else "tagged")
 
 
 def eval_(gold: Path = typer.Argument(..., help="Gold JSONL: {id, text, spans:[{start,end,category}]}"),
@@ -117,12 +129,14 @@ def eval_(gold: Path = typer.Argument(..., help="Gold JSONL: {id, text, spans:[{
     llm = settings.llm(llm_url, llm_model)
     text_stack = _text_stack(stack, llm)
     name = text_stack.name
-    predicted = dict(_text_results(text_stack, records, lambda rec, spans: (rec["id"], [s.to_json() for s in spans])))
+    def predictions(stack) -> dict:
+        return dict(_text_results(stack, records, lambda rec, spans: (rec["id"], [s.to_json() for s in spans]))[0])
+
+    predicted = predictions(text_stack)
     try:
         result = evaluation.evaluate(records, predicted)
         if compare:
-            other = dict(_text_results(_text_stack(compare, llm), records,
-                                       lambda rec, spans: (rec["id"], [s.to_json() for s in spans])))
+            other = predictions(_text_stack(compare, llm))
             result = {"stack": name, "compare": compare, name: result, compare: evaluation.evaluate(records, other),
                       "paired": evaluation.compare(records, predicted, other)}
     except ValueError as e:

@@ -13,6 +13,8 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from fhir_transforms.config import files
+
 OPERATIONS = ("fhir", "hl7v2", "metadata", "metrics", "ready")
 TOKENS_ENV = "DEID_ADAPTER_TOKENS"
 
@@ -40,8 +42,10 @@ class TokenStore:
         p = Path(path)
         try:
             mode = p.stat().st_mode
-            doc = json.loads(p.read_text())
-        except (OSError, ValueError):
+            doc = json.loads(files.read_config_text(p))
+        except OSError as e:
+            raise TokenFileError(f"token file {p}: {e.strerror}") from None
+        except ValueError:
             raise TokenFileError(f"token file {p} is missing or not JSON") from None
         if mode & (stat.S_IRWXG | stat.S_IRWXO):
             raise TokenFileError(f"token file {p} is readable by group or others; chmod 600 it")
@@ -66,7 +70,7 @@ def add_client(path: Path, client: str, operations: list[str]) -> str:
     unknown = set(operations) - set(OPERATIONS)
     if unknown:
         raise TokenFileError(f"unknown operations {sorted(unknown)} (known: {', '.join(OPERATIONS)})")
-    doc = json.loads(path.read_text()) if path.exists() else {"clients": []}
+    doc = json.loads(files.read_config_text(path)) if path.exists() else {"clients": []}
     token = secrets.token_urlsafe(32)
     doc["clients"] = [c for c in doc["clients"] if c.get("client") != client]
     doc["clients"].append({"client": client, "token_sha256": _hash(token), "operations": sorted(set(operations))})

@@ -48,6 +48,7 @@ OPERATION_PARAMETERS = ("resource", "profile", "stack", "fhirVersion")  # $de-id
 HL7_TYPES = ("x-application/hl7-v2+er7", "application/hl7-v2", "text/plain")
 CONFORMANCE = Path(conformance.__file__).resolve().parent
 access_log = logging.getLogger("deid_adapter.access")
+log = logging.getLogger("deid_adapter.serve")
 
 
 # Why a record was not written → (HTTP status, OperationOutcome issue code); first match, subclasses first.
@@ -85,6 +86,22 @@ def outcome(code: str, diagnostics: str, severity: str = "error") -> dict:
             "issue": [{"severity": severity, "code": code, "diagnostics": diagnostics}]}
 
 
+def served(registry: CollectorRegistry) -> str:
+    """The shutdown counts: $de-identify requests answered, by status class, and the records refused."""
+    by_class: dict[str, int] = {}
+    refused = 0
+    for metric in registry.collect():
+        for sample in metric.samples:
+            if sample.name == "deid_requests_total" and sample.labels["operation"] in ("fhir", "hl7v2"):
+                status = f"{sample.labels['status'][0]}xx"
+                by_class[status] = by_class.get(status, 0) + int(sample.value)
+            elif sample.name == "deid_refusals_total":
+                refused += int(sample.value)
+    answered = ", ".join(f"{n} {status}" for status, n in sorted(by_class.items()))
+    return (f"{sum(by_class.values())} $de-identify request(s) answered{f' ({answered})' if answered else ''}, "
+            f"{refused} record(s) refused")
+
+
 def not_safe_harbor(profile) -> dict:
     """The information an output of rules with gaps carries: what they are, and that they are not Safe Harbor."""
     gaps = [str(g) for g in profile.safe_harbor_gaps]
@@ -99,6 +116,7 @@ def create_app(config: ServiceConfig) -> FastAPI:
     async def lifespan(_app):
         yield
         pool.shutdown(wait=False, cancel_futures=True)
+        log.info("deid-adapter serve: stopped; %s", served(registry))
 
     # no /openapi.json: the operations are described by the CapabilityStatement behind a token (/metadata)
     app = FastAPI(title="deid-adapter", version="0.1.0", docs_url=None, redoc_url=None, openapi_url=None,

@@ -928,6 +928,7 @@ def _header_or_none(payload: bytes) -> Optional[Header]:
 # ---------------------------------------------------------------------------------------------- forwarding
 
 DELIVERED, PARK, RETRY = "delivered", "park", "retry"
+DOES_NOT_RESOLVE = "does not resolve"  # the reason of a RETRY when the downstream host name has no address
 
 
 class MllpTarget:
@@ -954,6 +955,9 @@ class MllpTarget:
             self._writer.write(frame(item.body))
             await self._writer.drain()
             answer = await asyncio.wait_for(self._read_frame(), self.ack_timeout)
+        except socket.gaierror:
+            await self.close()
+            return RETRY, DOES_NOT_RESOLVE
         except (OSError, asyncio.TimeoutError, EOFError, ConnectionError):
             await self.close()
             return RETRY, ""
@@ -1064,8 +1068,12 @@ class Forwarder:
                             break
                         if self._stop.is_set():
                             return
-                        log.info("forward: %s unavailable (%s); retry in %.1f s", self.target,
-                                 code or "no answer", backoff)
+                        if code == DOES_NOT_RESOLVE:
+                            log.warning("forward: %s: the host %s does not resolve; retry in %.1f s", self.target,
+                                        getattr(self.target, "host", ""), backoff)
+                        else:
+                            log.info("forward: %s unavailable (%s); retry in %.1f s", self.target,
+                                     code or "no answer", backoff)
                         await _wait(self._stop, backoff)
                         backoff = min(self.backoff_cap, backoff * 2)
                     after = item.id
@@ -1155,9 +1163,10 @@ async def serve(deidentify: Callable[[str], str], listen: tuple[str, int], targe
                 stats_every_s: float = 30.0, on_ready: Optional[Callable[[tuple[str, int]], None]] = None,
                 audit: Optional[AuditHook] = None, large_executor: Union[Executor, WorkerProcesses, None] = None,
                 large_from: int = LARGE_MESSAGE, message_timeout: Optional[float] = DEFAULT_MESSAGE_TIMEOUT,
-                allow: Sequence[IPNetwork] = (), charset: str = "") -> Stats:
+                allow: Sequence[IPNetwork] = (), charset: str = "", about: str = "") -> Stats:
     """Run listener and forwarder until `stop` is set: then stop accepting, finish in-flight messages and the
-    delivery in hand, and checkpoint the queue. RuntimeError when it had to stop (its workers died)."""
+    delivery in hand, and checkpoint the queue. RuntimeError when it had to stop (its workers died). `about`
+    (profile, stack, key id) is said in the line that says where it listens."""
     stop = stop or asyncio.Event()
     stats = Stats()
     store = AsyncStore(store_path)
@@ -1172,8 +1181,8 @@ async def serve(deidentify: Callable[[str], str], listen: tuple[str, int], targe
         await store.close()
         raise
     counts = await store.counts()
-    log.info("listening on %s:%d, forwarding to %s; %d queued, %d parked, %d old control ids forgotten",
-             address[0], address[1], target, counts["queued"], counts["parked"], pruned)
+    log.info("listening on %s:%d%s, forwarding to %s; %d queued, %d parked, %d old control ids forgotten",
+             address[0], address[1], f" ({about})" if about else "", target, counts["queued"], counts["parked"], pruned)
     if on_ready:
         on_ready(address)
     forwarding = asyncio.create_task(forwarder.run())

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from fhir_transforms.config import files
+
 ROLES = ("reviewer", "admin")
 USERS_ENV = "DEID_ADAPTER_REVIEW_USERS"
 SCRYPT_N, SCRYPT_R, SCRYPT_P = 2 ** 14, 8, 1
@@ -71,8 +73,10 @@ class UserStore:
         p = Path(path)
         try:
             mode = p.stat().st_mode
-            doc = json.loads(p.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            doc = json.loads(files.read_config_text(p))
+        except OSError as e:
+            raise UsersFileError(f"users file {p}: {e.strerror}") from None
+        except ValueError:
             raise UsersFileError(f"users file {p} is missing or not JSON") from None
         if mode & (stat.S_IRWXG | stat.S_IRWXO):
             raise UsersFileError(f"users file {p} is readable by group or others; chmod 600 it")
@@ -102,7 +106,7 @@ def add_user(path: Path, name: str, role: str, site: str, password: str) -> None
         raise UsersFileError("a user needs a name, a site and a password")
     if len(password) < MIN_PASSWORD_LENGTH:
         raise UsersFileError(f"a password needs at least {MIN_PASSWORD_LENGTH} characters")
-    doc = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {"users": []}
+    doc = json.loads(files.read_config_text(path)) if path.exists() else {"users": []}
     doc["users"] = [u for u in doc.get("users", []) if u.get("name") != name]
     doc["users"].append({"name": name, "role": role, "site": site, "password": hash_password(password)})
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -15,7 +15,6 @@ import secrets
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
 import yaml
@@ -38,6 +37,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from adapter.audit import trail as audit
 from fhir_transforms import keys
+from fhir_transforms.config import files, yaml_data
 from text_deid.spans import CATEGORIES, KnownIdentifier, Span
 from adapter import settings
 
@@ -82,8 +82,8 @@ class Thresholds:
     def load(cls, path: str | os.PathLike) -> "Thresholds":
         """Read `{thresholds: {NAME: 0.85, DATE: 0.6}, default: 0.0}` from a YAML or JSON file."""
         try:
-            doc = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-        except (OSError, yaml.YAMLError) as e:
+            doc = yaml_data.load(files.read_config_text(path)) or {}
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
             raise ValueError(f"review config {path}: {getattr(e, 'strerror', None) or type(e).__name__}") from None
         return cls.from_json(doc, str(path))
 

@@ -23,7 +23,7 @@ from fhir_transforms.hl7v2.standard import field_type, standard_version
 from fhir_transforms import dates, safe_harbor_gaps, values, zipcodes
 from fhir_transforms.errors import InputError, LeakFound, RecordRefused
 from fhir_transforms.fpe import FpeFallback, fpe_format, selects
-from fhir_transforms.known import name_words
+from fhir_transforms.known import name_words, without_staff_words, words_of_names
 from fhir_transforms.methods import METHODS, check_implemented
 from fhir_transforms.pseudonym import Pseudonymizer
 from text_deid import leak_guard, replace
@@ -892,7 +892,10 @@ class HL7Deidentifier:
             found += self.terms.detect_many([n.text for n in terms], known_ids) if terms else []
         except DetectorError as e:
             raise RecordRefused(f"{where}: text detector failed: {e}") from None
-        for note, spans in zip(notes + terms, found):
+        personal_words = words_of_names(guarded) if terms else frozenset()
+        for k, (note, spans) in enumerate(zip(notes + terms, found)):
+            if k >= len(notes) and spans:  # a coded term: a staff member's word alone stays (as the guard reads)
+                spans = without_staff_words(note.text, spans, personal_words)
             note.write(note, spans)
             if findings is not None:
                 findings.extend(Finding(at + note.where, span) for span in spans)

@@ -84,8 +84,9 @@ class Delimiters:
 def decode(raw: str, d: Delimiters) -> tuple[str, list[tuple[int, int, str]]]:
     """Unescape a leaf value: the text, and (start, end, raw) for each escape sequence in text offsets.
 
-    `\\.br\\` becomes a line break; `\\Xhh\\` its bytes (UTF-8, else Latin-1); formatting commands (`\\H\\`,
-    `\\.sp\\`, ...) and unknown sequences become nothing, and are written back as they were.
+    `\\.br\\`, `\\.sp\\` and `\\.ce\\` become a line break, an indent or a skip (`\\.in\\`, `\\.ti\\`, `\\.sk\\`) a
+    space; `\\Xhh\\` its bytes (UTF-8, else Latin-1); other formatting commands (`\\H\\`, `\\.fi\\`, ...) and unknown
+    sequences become nothing. Every escape is written back as it was.
     """
     esc = d.escape
     if esc not in raw:
@@ -109,12 +110,15 @@ def decode(raw: str, d: Delimiters) -> tuple[str, list[tuple[int, int, str]]]:
     return "".join(out), escapes
 
 
+FORMATTING_BREAK_RE = re.compile(r"\.(?:br|sp|ce|in|ti|sk)[+-]?\d*")
+
+
 def _unescape_one(seq: str, d: Delimiters) -> str:
     simple = {"F": d.field, "S": d.component, "T": d.subcomponent, "R": d.repetition, "E": d.escape}
     if seq in simple:
         return simple[seq]
-    if seq in (".br", ".sp"):
-        return "\n"
+    if FORMATTING_BREAK_RE.fullmatch(seq):  # a line break, a blank line, an indent, a skip: a word break
+        return " " if seq[1:3] in ("in", "ti", "sk") else "\n"
     if seq[:1] == "X" and len(seq) > 1 and len(seq) % 2 == 1 and HEX_RE.match(seq[1:]):
         data = bytes.fromhex(seq[1:])
         try:
@@ -255,7 +259,8 @@ def read_bytes(data: bytes, default: str = "") -> Decoded:
     label = msh18(data)
     codec = charset_codec(label) if label else default or None
     if label and codec is None:
-        raise CharsetError(f"MSH-18: unknown character set {label[:24]!r} (HL7 table 0211)")
+        # not repeated: an answer (an ACK's ERR-8, an HTTP diagnostic) quotes nothing a sender wrote
+        raise CharsetError("MSH-18: not a character set of HL7 table 0211 or one of its unambiguous spellings")
     try:
         return Decoded(data.decode("utf-8"), "utf-8")
     except UnicodeDecodeError:

@@ -12,7 +12,7 @@ from fhir_transforms import dates, values, zipcodes
 from fhir_transforms.r4 import references
 from fhir_transforms.errors import InputError
 from fhir_transforms.fpe import FpeFallback, fpe_format, selects
-from fhir_transforms.known import PERSON_TYPES, identifier_category, type_codes
+from fhir_transforms.known import PERSON_TYPES, STAFF_TYPES, identifier_category, type_codes
 from fhir_transforms.methods import check_implemented
 from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.r4.schema import Element, elements
@@ -37,7 +37,7 @@ class Site(Protocol):
 
     def clock(self) -> date: ...
     def label(self, code: str) -> None: ...
-    def record_known(self, value, category: str) -> None: ...
+    def record_known(self, value, category: str, staff: bool = False) -> None: ...
     def record_identifier(self, value) -> None: ...
     def generated(self) -> None: ...
     def rewrite_reference(self, value: str) -> str | None: ...
@@ -247,7 +247,8 @@ def text(value, site: Site):
     if by_target:  # Reference.display: the rule of what the reference points to, where all it may point to agree
         targets = site.reference_targets()
         if targets and PERSON_TYPES.issuperset(targets):
-            site.record_known(value, "NAME")  # "Dr. Ronny Block" on a reference to a Practitioner
+            # "Dr. Ronny Block" on a reference to a Practitioner
+            site.record_known(value, "NAME", staff=STAFF_TYPES.issuperset(targets))
         rule_key = _rule_of_all(by_target, targets)
         if rule_key is not None:
             return site.apply_rule_of(rule_key, value)

@@ -18,7 +18,7 @@ from fhir_transforms.errors import DetectorFailed, InputError, LeakFound, Output
 from fhir_transforms.r4.methods import TEXT_CONTENT_TYPES, keeps_what_was_found
 from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.rules import Profile
-from fhir_transforms.r4.schema import elements, is_resource_type, model_class
+from fhir_transforms.r4.schema import elements, is_resource_type, known_keys, model_class
 from fhir_transforms.r4.shapes import R4_ONLY
 from fhir_transforms.r4.uris import URI_TYPES, pseudonymize_uris
 from fhir_transforms.r4.walker import RecordContext, WrittenSlots, age_limit, path_text, stamp_all, walk_record
@@ -105,6 +105,7 @@ class Deidentifier:
                 ctx.age_limits[r.get("id") or ""] = limit
         ctx.known.update(known_ids.collect(members))
         ctx.thing_names = known_ids.thing_names(members)
+        ctx.add_people(*known_ids.collect_staff(members))
         ctx.known.update(linked)
         walk_record(doc, path, ctx)
         for res, state in ctx.walked:  # entries removed by the entry rules, and references to them
@@ -133,6 +134,7 @@ class Deidentifier:
         try:
             spans = self.stack.detect_many(texts, known, timings)
             term_spans = self.terms.detect_many(terms, known) if terms else []
+            personal = _personal_spans(terms, term_spans, known, ctx.staff_only())
         except DetectorError as e:
             raise DetectorFailed(f"{path}: text detector failed: {e}") from None
         findings: list[Finding] = []
@@ -154,6 +156,12 @@ class Deidentifier:
         for term, found in zip(terms, term_spans):
             if not found:  # (most): every occurrence stays as written
                 continue
+            if term in personal:  # a member of staff's word stays, and the guard lets it be
+                found = personal[term]
+                for container, slot, _, _ in ctx.terms[term]:
+                    ctx.generated.add(container, slot)
+                if not found:
+                    continue
             kept = keeps_what_was_found(term, found)
             for container, slot, at, labels in ctx.terms[term]:
                 findings.extend(Finding(path_text(at), s) for s in found)
@@ -164,6 +172,20 @@ class Deidentifier:
                     container[slot] = replace.apply(term, found)
         pseudonymize_uris(ctx, known)
         return findings, len(texts) + sum(map(len, ctx.terms.values())), timings
+
+
+def _personal_spans(terms: list[str], found: list[list], known: tuple[KnownIdentifier, ...],
+                    staff_only: frozenset) -> dict[str, list]:
+    """For each term in which a word that only a member of staff's name holds was found ("Reason for lab test"
+    beside a provider named TEST), its spans without that word (known_ids.without_staff_words)."""
+    if not staff_only or not any(found):
+        return {}
+    personal_words = known_ids.words_of_names(k for k in known if k not in staff_only)
+    kept = {}
+    for term, spans in zip(terms, found):
+        if spans and len(left := known_ids.without_staff_words(term, spans, personal_words)) != len(spans):
+            kept[term] = left
+    return kept
 
 
 def guard(doc: dict, ctx: RecordContext, known: tuple[KnownIdentifier, ...], path: str, profile: Profile,
@@ -227,18 +249,28 @@ def validate(resource: dict, path: str, version: str = versions.DEFAULT) -> None
     except (KeyError, ValueError, TypeError, AttributeError) as e:  # (fhir.resources: AttributeError on `_birthDate: "7"`)
         hint = _other_version_hint(resource, version)
         if isinstance(e, ValidationError) and e.title == "FHIRPrimitiveExtension":
-            where = f"{where}: " + "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['type']}"
-                                             for err in e.errors(include_input=False)[:5])
+            where = f"{_loc_text(where.split('.'))}: " + "; ".join(
+                f"{_loc_text(err['loc'])}: {err['type']}" for err in e.errors(include_input=False)[:5])
             raise InputError(f"{path}: not a valid FHIR {name} {rtype}: {where}") from None
         if isinstance(e, ValidationError):
             where = "; ".join(
-                f"{'.'.join(str(p) for p in err['loc'])}: {err['type']}" for err in e.errors(include_input=False)[:5]
+                f"{_loc_text(err['loc'])}: {err['type']}" for err in e.errors(include_input=False)[:5]
             )
             raise InputError(f"{path}: not a valid FHIR {name} {rtype}: {where}{hint}") from None
         if isinstance(e, AttributeError):  # the models' own validators met a value of the wrong JSON shape
             raise InputError(f"{path}: not a valid FHIR {name} {rtype}: an element has the wrong JSON shape{hint}") from None
         models = {"r4": "R4B models", "r5": "R5 models", "stu3": "STU3 models"}[version]
-        raise InputError(f"{path}: not a FHIR {name} resource the {models} know (resourceType {rtype!r}){hint}") from None
+        said = f"resourceType {rtype}" if isinstance(rtype, str) and any(
+            is_resource_type(rtype, v) for v in versions.FHIR_VERSIONS) else \
+            "a resourceType no FHIR version has"  # what a record says is repeated only where FHIR names it
+        raise InputError(f"{path}: not a FHIR {name} resource the {models} know ({said}){hint}") from None
+
+
+def _loc_text(loc) -> str:
+    """A validation error's place: list positions and the element names the models know; a key they do not
+    know is not repeated (a sender's key may be anything, a name included)."""
+    return ".".join(str(p) if isinstance(p, int) or p.isdigit() or p in known_keys()
+                    or p.lstrip("_") in known_keys() else "(unknown key)" for p in loc if p != "")
 
 
 def _holds_value_extensions(node) -> bool:

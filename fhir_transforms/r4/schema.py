@@ -115,6 +115,14 @@ def declared_targets(fpath: str) -> tuple[str, ...]:
     return found.targets if found is not None and found.type == "Reference" else ()
 
 
+@lru_cache(maxsize=None)
+def known_keys() -> frozenset[str]:
+    """Every JSON key some type of some FHIR version's models has: the names a diagnostic may repeat as they are
+    (an R5 element in a record read as R4 is named, so the message can say the record reads as R5)."""
+    return frozenset(key for v in FHIR_VERSIONS for fields in _table(v)["types"].values() for key in fields) | \
+        {"resourceType"}
+
+
 def is_resource_type(name: str, version: str = "r4") -> bool:
     """True for a resource type name of the version's models (for R4, the R4-only types R4B dropped, such as
     MedicinalProduct, are not known: fhir_transforms/r4/shapes.py)."""

@@ -71,6 +71,8 @@ def deidentify_entries(engine: Deidentifier, header: dict, before: list[str], en
     limits = dict(linked_age_limits or {})
     people: set[KnownIdentifier] = set()
     things: set[str] = set()
+    staff: set[KnownIdentifier] = set()
+    personal: set[KnownIdentifier] = set()
 
     def take(resources: Iterable[dict]) -> None:
         for r in resources:
@@ -81,6 +83,9 @@ def deidentify_entries(engine: Deidentifier, header: dict, before: list[str], en
                     limits[r.get("id") or ""] = limit
         people.update(known_ids.collect(resources))
         things.update(known_ids.thing_names(resources))
+        found_staff, found_personal = known_ids.collect_staff(resources)
+        staff.update(found_staff)
+        personal.update(found_personal)
 
     take(list(iter_resources(header)))
     for entry in entries():
@@ -104,6 +109,7 @@ def deidentify_entries(engine: Deidentifier, header: dict, before: list[str], en
         ctx.targets.update(targets)
         ctx.known = known
         ctx.thing_names = tuple(sorted(things))
+        ctx.add_people(staff, personal)
         return ctx
 
     def batches(ctx: RecordContext, bundle) -> Iterator[list[tuple[int, object, bool]]]:
@@ -139,10 +145,11 @@ def deidentify_entries(engine: Deidentifier, header: dict, before: list[str], en
     finally:
         pseudo.on_issue, pseudo.fpe_fallbacks = saved
     known = tuple(sorted((k for k in known_set if len(k.value.strip()) >= 2), key=_known_order))
-    del scratch
 
     # 3. the output, entry by entry
     ctx = context(set(known_set))
+    ctx.staff, ctx.personal = scratch.staff, scratch.personal  # the whole Bundle's, before its first batch
+    del scratch
     bundle = walk_resource(header, path, ctx)
     in_place = [k for k in header if k in before]  # keys added from here on go after the entries
     if any_removed:

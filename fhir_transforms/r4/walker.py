@@ -18,7 +18,8 @@ from fhir_transforms.errors import InputError, UnknownModifier
 from fhir_transforms.r4.methods import BY_PATIENT, BY_VALUE, DATA_ABSENT, METHODS, REMOVE, TextRef, reused_by
 from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.rules import Profile, Rule
-from fhir_transforms.known import FULL_DATE_RE, THING_TYPES, identifier_category, is_one_of, names_a_thing, type_codes
+from fhir_transforms.known import (FULL_DATE_RE, STAFF_TYPES, THING_TYPES, identifier_category, is_one_of, names_a_thing,
+                                   type_codes)
 from fhir_transforms.r4.schema import PRIMITIVES, Element, declared_targets, elements, is_resource_type
 from fhir_transforms.r4.shapes import R4_ONLY, datatype_of, primitive_of
 from text_deid.spans import KnownIdentifier
@@ -121,6 +122,10 @@ class RecordContext:
     known_seen: set = field(default_factory=set)  # (value, category) already in `known`
     resource_ids: set = field(default_factory=set)  # the known identifiers that are resource ids and references
     thing_names: tuple = ()  # the names of the record's organizations, locations and devices (known.thing_names)
+    # known names of staff, and the (value, category) of the patient's and their people's names (known.collect_staff,
+    # and Site.record_known): a word that only the staff's hold is not masked in coded terms
+    staff: set = field(default_factory=set)
+    personal: set = field(default_factory=set)
     age_limits: dict = field(default_factory=dict)  # patient id → the year they turned 90 (patients aged 90+ only)
     record_key: str = ""  # the record as given (its type and id): `shift` with scope record keys its offset on it
     targets: dict = field(default_factory=dict)  # fullUrl or #id → resourceType of the record's own resources
@@ -133,6 +138,15 @@ class RecordContext:
     def forget_outcomes(self) -> None:
         """Start the reused outcomes anew."""
         self.outcomes = defaultdict(dict) if self.pseudo.on_issue is None else None
+
+    def staff_only(self) -> frozenset:
+        """The known names that only staff hold."""
+        return frozenset(k for k in self.staff if (k.value, k.category) not in self.personal)
+
+    def add_people(self, staff: set, personal: set) -> None:
+        """What known.collect_staff found."""
+        self.staff |= staff
+        self.personal.update((k.value, k.category) for k in personal)
 
     def start_batch(self) -> None:
         """Drop what the walk kept of the entries walked so far (a streamed Bundle's batch is written, or set
@@ -190,14 +204,20 @@ class Site:
         if self.labels is not None:
             self.labels.add(code)
 
-    def record_known(self, value, category: str) -> None:
-        """A value the rules transform is a known identifier: it must not survive in any text."""
+    def record_known(self, value, category: str, staff: bool = False) -> None:
+        """A value the rules transform is a known identifier: it must not survive in any text. `staff`: a name of a
+        member of staff (as is a name that a staff or organization resource holds)."""
         if isinstance(value, str) and len(value.strip()) >= 2:
             if category == "DATE":
                 if not FULL_DATE_RE.match(value):
                     return
                 value = value[:10]
             seen, key = self.ctx.known_seen, (value, category)
+            if category == "NAME":
+                if staff or self.res.type in STAFF_TYPES:
+                    self.ctx.staff.add(KnownIdentifier(value, category))
+                else:
+                    self.ctx.personal.add(key)
             if key not in seen:  # dates and ids recur in a record: one KnownIdentifier each
                 seen.add(key)
                 self.ctx.known.add(KnownIdentifier(value, category))

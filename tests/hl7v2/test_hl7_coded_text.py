@@ -70,3 +70,14 @@ def test_an_organisation_name_is_a_facility_name_kept_and_its_other_parts_remove
     out = _engine(test_key, stack).deidentify(_message("PD1|||Lindas Test Organization^^SIISCLIENT818"))
     assert _field(out, "PD1", 3) == "Lindas Test Organization^^"
     assert stack.seen == ["IL"]  # PID-11's state, and nothing of PD1-3
+
+
+def test_coded_text_keeps_a_word_that_only_a_member_of_staff_is_named(test_key):
+    """Safe Harbor's identifiers are the patient's and their people's: an attending surnamed TEST does not mask
+    "test" in a LOINC display, while the patient's name, and the staff member's whole name, still are masked in one."""
+    out = _engine(test_key, FlagsEveryText()).deidentify(_message(
+        "PV1|1|O|||||1234^TEST^ANN^^^DR", "OBX|1|ST|30954-2^Reason for lab test^LN||done|||||F",
+        "OBX|2|ST|99999-1^Quixote test panel^L||done|||||F", "OBX|3|ST|99999-2^Ann Test follow-up^L||done|||||F"))
+    assert _field(out, "OBX", 3) == "30954-2^Reason for lab test^LN"
+    assert "Quixote" not in out.split("OBX|2|")[1]
+    assert "Ann Test" not in out.split("OBX|3|")[1]  # a staff member's whole name stays masked

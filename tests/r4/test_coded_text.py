@@ -177,3 +177,15 @@ def test_a_term_is_labelled_masked_only_when_something_was_masked_in_it(engine):
     out = engine.deidentify({**patient, "maritalStatus": local}).resource
     assert out["maritalStatus"]["coding"][0]["display"] == "[NAME]'s panel"
     assert "MASKED" in {c["code"] for c in out["meta"]["security"]}
+
+
+def test_a_term_keeps_a_word_that_only_a_member_of_staff_is_named(engine):
+    """Safe Harbor's identifiers are the patient's and their people's: a provider surnamed Test does not mask
+    "test" in a LOINC display, while the patient's own name still is masked in a term."""
+    doctor = {"resourceType": "Practitioner", "id": "d1", "name": [{"family": "Test", "given": ["Ann"]}]}
+    code = {"coding": [{"system": LOINC, "code": "30954-2", "display": "Reason for lab test"}]}
+    note = {"coding": [{"system": "http://example.org/local", "code": "x1", "display": "Smith test panel"}]}
+    obs, other, = _out(engine, doctor, _observation(code, performer=[{"reference": "Practitioner/d1"}]),
+                       {**_observation(note), "id": "o2"})[1:]
+    assert obs["code"]["coding"][0]["display"] == "Reason for lab test"
+    assert other["code"]["coding"][0]["display"] == "[NAME] test panel"

@@ -135,6 +135,16 @@ def test_the_conformance_check_reads_markup_as_rendered():
     assert safe_harbor.leaks_in(before, after) == ["name", "name"]
 
 
+@pytest.mark.parametrize("written", ["Jose Garciaz", "Zyx\u200bwvut", "Z\u0443xwvut", "\uff3ayxwvut", "the Zyxwvuts",
+                                     "MrGarciaz", "tuvwxyZ", "Zyx\\H\\wvut", "\\u005ayxwvut"])
+def test_the_conformance_check_reads_names_in_normal_form(written):
+    """The checker has a normal form of its own (it shares no code with the engine): accents, invisible and
+    look-alike characters, fullwidth forms, a plural, a glued title, a reversal, HL7 and JSON escapes (issue #36)."""
+    before = patient("x", "Zyxwvut", "Garcíaz")
+    after = {"resourceType": "Patient", "text": {"div": f"<div {XHTML}>Seen {written} today</div>"}}
+    assert safe_harbor.leaks_in(before, after) == ["name"]
+
+
 @pytest.mark.parametrize("markup", [
     '<table summary="Patient 987-65-4329"><tr><td>x</td></tr></table>',
     '<table><tr><td abbr="SSN 987-65-4329">x</td></tr></table>',

@@ -11,7 +11,7 @@ import string
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from tests.conftest import SHARED, make_engine
+from tests.conftest import DATA, make_engine
 from fhir_transforms.errors import InputError, RecordRefused
 
 ids = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9\-.]{0,20}", fullmatch=True)
@@ -136,7 +136,7 @@ def test_an_entry_or_contained_that_is_no_list_is_bad_input(test_key, doc, valid
     {"resourceType": "Observation", "status": "final", "code": {"coding": 1, "text": "Blood pressure"}},
 ])
 def test_a_value_of_the_wrong_json_shape_is_bad_input_never_a_crash(test_key, doc, validate):
-    """Found by mutating the shared samples' resources (a value replaced by one of another JSON type): the
+    """Found by mutating the samples' resources (a value replaced by one of another JSON type): the
     known-identifier collector, identifier types and systems, extension urls and resource types were read as
     strings before anything had checked that they were (TypeError, AttributeError: a 500 over HTTP)."""
     try:
@@ -157,12 +157,12 @@ def _paths(node, here=()):
 
 
 def test_mutated_sample_resources_are_bad_input_never_a_crash(test_key):
-    """The shared samples' resources with one to three values replaced by values of other JSON types, without
+    """The samples' resources with one to three values replaced by values of other JSON types, without
     validation (where the engine reads unchecked shapes): each is de-identified or refused as bad input."""
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
     resources = []
-    for path in sorted((SHARED / "fhir").rglob("*.json")):
+    for path in sorted((DATA / "fhir").rglob("*.json")):
         doc = json.loads(path.read_text())
         entries = doc.get("entry", []) if doc.get("resourceType") == "Bundle" else [{"resource": doc}]
         resources += [e["resource"] for e in entries[:20] if isinstance(e.get("resource"), dict)]

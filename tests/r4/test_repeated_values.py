@@ -11,10 +11,10 @@ import pytest
 from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.r4.record import Deidentifier
 from fhir_transforms.rules import load_profile
-from tests.conftest import FIXED_TODAY, SHARED
+from tests.conftest import DATA, FIXED_TODAY
 from text_deid.stack import build_stack
 
-BUNDLES = sorted((SHARED / "fhir" / "synthea-bundles").glob("*.json"))
+BUNDLES = sorted((DATA / "fhir" / "synthea-bundles").glob("*.json"))
 PRACTITIONER = "urn:uuid:5b8e2e8c-6a0c-4a31-9a55-0d7a2f5d4c11"
 PATIENT = "urn:uuid:0f3c3a0e-1d1b-4f59-9a0d-6f2b1d9a7e42"
 

@@ -4,16 +4,15 @@ narrative of an earlier one."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from fhir_transforms.r4 import stream
-from tests.conftest import make_engine
+from tests.conftest import DATA, make_engine
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "fhir"
-BUNDLES = [SHARED / "hl7-r4-examples" / "Bundle-father.json",
-           SHARED / "hl7-r4-examples" / "Bundle-bundle-transaction.json", sorted((SHARED / "synthea-bundles").glob("*.json"))[0]]
+SAMPLES = DATA / "fhir"
+BUNDLES = [SAMPLES / "hl7-r4-examples" / "Bundle-father.json", SAMPLES / "hl7-r4-examples" / "Bundle-bundle-transaction.json",
+           sorted((SAMPLES / "synthea-bundles").glob("*.json"))[0]]
 
 
 def streamed(engine, bundle: dict) -> dict:

@@ -1,4 +1,4 @@
-"""Concurrency harness: every stack, called from 8 threads on the ASQ-PHI tuning half and the shared notes, answers
+"""Concurrency harness: every stack, called from 8 threads on ASQ-PHI tuning notes and the sample notes, answers
 each call exactly as the same call made alone."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from tests.conftest import SHARED, run_cli
+from tests.conftest import DATA, run_cli
 from tests.support import OllamaStub
 from tests.support import post, serve
 from text_deid.detectors.llm import LlmSettings
@@ -23,12 +23,12 @@ MODEL = "stub-model"
 
 
 def _tuning() -> list[dict]:
-    return [json.loads(line) for line in (SHARED / "asq-phi" / "tuning.jsonl").read_text().splitlines() if line]
+    return [json.loads(line) for line in (DATA / "asq-phi" / "tuning.jsonl").read_text().splitlines() if line]
 
 
-def _shared_notes() -> list[str]:
+def _sample_notes() -> list[str]:
     notes = []
-    for line in (SHARED / "fhir" / "bulk-ndjson" / "DocumentReference.000.ndjson").read_text().splitlines():
+    for line in (DATA / "fhir" / "bulk-ndjson" / "DocumentReference.000.ndjson").read_text().splitlines():
         for content in json.loads(line).get("content", []):
             if data := content.get("attachment", {}).get("data"):
                 notes.append(base64.b64decode(data).decode("utf-8"))
@@ -37,7 +37,7 @@ def _shared_notes() -> list[str]:
 
 def _calls() -> list[tuple[tuple[str, ...], tuple[KnownIdentifier, ...]]]:
     """(texts, known) calls: tuning records in batches of 3 with their gold identifiers as the record's known
-    values for every other batch (so the known-identifier detector works too), and each shared note alone."""
+    values for every other batch (so the known-identifier detector works too), and each sample note alone."""
     records = _tuning()
     calls = []
     for i in range(0, len(records), 3):
@@ -46,7 +46,7 @@ def _calls() -> list[tuple[tuple[str, ...], tuple[KnownIdentifier, ...]]]:
             KnownIdentifier(r["text"][s["start"]:s["end"]], s["category"]) for r in batch for s in r["spans"]
             if s["category"] not in ("DATE", "AGE_OVER_89")))
         calls.append((tuple(r["text"] for r in batch), known))
-    calls.extend(((note,), ()) for note in _shared_notes())
+    calls.extend(((note,), ()) for note in _sample_notes())
     return calls
 
 
@@ -148,8 +148,8 @@ def test_the_llm_stacks_answer_every_concurrent_call_as_alone(ollama, name):
 
 
 def _patients() -> list[dict]:
-    """Patients whose narrative is a tuning record or a shared note, holding an MRN that only the note gives."""
-    notes = [r["text"] for r in _tuning()[:20]] + _shared_notes()[:4]
+    """Patients whose narrative is a tuning record or a sample note, holding an MRN that only the note gives."""
+    notes = [r["text"] for r in _tuning()[:20]] + _sample_notes()[:4]
     return [{"resourceType": "Patient", "id": f"p{i}", "identifier": [{"system": "urn:mrn", "value": f"MRN-{i:06d}"}],
              "name": [{"family": f"Zelbrin{i}", "given": ["Quorva"]}],
              "text": {"status": "generated", "div": f'<div xmlns="http://www.w3.org/1999/xhtml">MRN 77{i:05d}. '
@@ -162,7 +162,7 @@ def test_the_service_under_8_concurrent_clients_answers_as_the_cli(tmp_path, tes
     inputs.mkdir()
     for i, patient in enumerate(_patients()):
         (inputs / f"patient-{i:03d}.json").write_text(json.dumps(patient))
-    for example in sorted((SHARED / "fhir" / "hl7-r4-examples").glob("*.json")):
+    for example in sorted((DATA / "fhir" / "hl7-r4-examples").glob("*.json")):
         (inputs / example.name).write_bytes(example.read_bytes())
     run_cli("fhir", str(inputs), str(tmp_path / "cli"), "--stack", "patterns", "--today", "2026-01-15", "--keep-file-names",
             key_file=test_key_file, check=True)

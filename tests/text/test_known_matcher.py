@@ -10,10 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from text_deid import leak_guard
-from text_deid.detectors.known_identifiers import (_AFTER_LOWER, _ALNUM_WHEN_LOWERED, _BEFORE_LOWER, B, DATE_SHAPE_RE, E,
-                                                   MONTHS, SEPARATOR, _candidate, compile_known, date_readings,
-                                                   date_shapes, find_known, find_known_many, forms, occurs_in_any,
-                                                   project)
+from text_deid.detectors.known_identifiers import (_AFTER_LOWER, _ALNUM_WHEN_LOWERED, _BEFORE_LOWER, DATE_SHAPE_RE,
+                                                   MONTHS, SEPARATOR, _alternation, _candidate, _longest_first,
+                                                   compile_known, date_readings, date_shapes, find_known, find_known_many,
+                                                   forms, inner_forms, occurs_in_any, project, search)
+from text_deid.normal_form import fold, fold_value
 from text_deid.spans import KnownIdentifier, Span
 
 
@@ -27,16 +28,19 @@ def in_threads(work, count: int) -> None:
 
 
 def every_form(text: str, known: tuple[KnownIdentifier, ...]) -> list[tuple[int, int, str]]:
-    """The reference: one alternation of all forms per category, no prefilter."""
-    by_category: dict[str, set[str]] = {}
+    """The reference: one alternation of all forms per category, no prefilter, in normal form."""
+    by_category: dict[str, tuple[set[str], set[str]]] = {}
     for k in known:
         if k.category != "DATE":
-            by_category.setdefault(k.category, set()).update(forms(k))
+            folded = KnownIdentifier(fold_value(k.value), k.category)
+            edged, inner = by_category.setdefault(k.category, (set(), set()))
+            edged.update(forms(folded))
+            inner.update(inner_forms(folded))
     found = []
-    for category, alts in sorted(by_category.items()):
-        if alts:
-            pattern = re.compile(f"{B}(?:{'|'.join(sorted(alts, key=lambda a: (-len(a), a)))}){E}", re.IGNORECASE)
-            found += [(m.start(), m.end(), category) for m in pattern.finditer(text) if m.end() > m.start()]
+    for category, (edged, inner) in sorted(by_category.items()):
+        if edged or inner:
+            pattern = _alternation(_longest_first(edged), _longest_first(inner))
+            found += [(start, end, category) for start, end in search(pattern, fold(text))]
     days = {tuple(int(g) for g in k.value.split("-")) for k in known if k.category == "DATE"}
     found += [(m.start(), m.end(), "DATE") for m in DATE_SHAPE_RE.finditer(text) if date_readings(m) & days]
     return sorted(found)
@@ -181,14 +185,17 @@ def reference_find(text: str, known: tuple[KnownIdentifier, ...]) -> list[Span]:
     candidates = [c for k in known if (c := _candidate(k)) is not None]
     spans = []
     if candidates:
-        projected = project(text)
-        by_category: dict[str, set[str]] = {}
+        folded = fold(text)
+        projected = project(folded.text)
+        by_category: dict[str, tuple[set[str], set[str]]] = {}
         for c in candidates:
             if not c.needles or any(n in projected for n in c.needles):
-                by_category.setdefault(c.category, set()).update(c.forms)
-        for category, alts in sorted(by_category.items()):
-            pattern = re.compile(f"{B}(?:{'|'.join(sorted(alts, key=lambda a: (-len(a), a)))}){E}", re.IGNORECASE)
-            spans += [Span(m.start(), m.end(), category, "known", 1.0) for m in pattern.finditer(text) if m.end() > m.start()]
+                edged, inner = by_category.setdefault(c.category, (set(), set()))
+                edged.update(c.forms)
+                inner.update(c.inner)
+        for category, (edged, inner) in sorted(by_category.items()):
+            pattern = _alternation(_longest_first(edged), _longest_first(inner))
+            spans += [Span(start, end, category, "known", 1.0) for start, end in search(pattern, folded)]
     days = {tuple(int(g) for g in k.value.split("-")) for k in known if k.category == "DATE"}
     spans += [Span(m.start(), m.end(), "DATE", "known", 1.0) for m in DATE_SHAPE_RE.finditer(text) if date_readings(m) & days]
     return spans
@@ -274,7 +281,9 @@ def test_each_text_is_searched_with_its_own_identifiers_forms():
     matcher = compile_known(known)
     searched = list(matcher._searched(texts, SEPARATOR.join(texts)))
     assert [i for i, _ in searched] == list(range(len(texts)))
-    one_person = [("NAME", len(forms(people[0][0]))), ("PHONE_NUMBER", 1)]
+    name = _candidate(people[0][0])
+    one_person = [("NAME", _alternation(_longest_first(set(name.forms)), _longest_first(set(name.inner))).pattern.count("|") + 1),
+                  ("PHONE_NUMBER", 1)]
     for _, patterns in searched:
         assert [(category, pattern.pattern.count("|") + 1) for category, pattern in patterns] == one_person
     assert [[s.category for s in found] for found in find_known_many(texts, known)] == \

@@ -16,7 +16,7 @@ pytest.importorskip("tokenizers")
 from text_deid.detectors import ner as ner_mod  # noqa: E402
 from text_deid.detectors.ner import DEFAULT_MODEL, NerDetector, NerSettings, NerUnavailable  # noqa: E402
 from adapter.engines import text_stack  # noqa: E402
-from tests.conftest import SHARED  # noqa: E402
+from tests.conftest import DATA  # noqa: E402
 from text_deid.spans import DetectorError  # noqa: E402
 from text_deid.stack import StackUnavailable, build_stack
 from text_deid.stack import DETECTORS, TextStack
@@ -235,7 +235,7 @@ def test_a_graph_exported_from_other_weights_is_refused(tmp_path):
 
 
 def _tuning_texts(n):
-    path = SHARED / "asq-phi" / "tuning.jsonl"
+    path = DATA / "asq-phi" / "tuning.jsonl"
     if not path.is_file():
         pytest.skip("ASQ-PHI tuning half not present")
     return [json.loads(line)["text"] for line in path.read_text(encoding="utf-8").splitlines()[:n]]

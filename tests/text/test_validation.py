@@ -15,8 +15,8 @@ def stack():
 
 
 def test_stacks_with_list_or_model_detectors_are_validated():
-    assert STACK_FILTERS["no-llm"] == STACK_FILTERS["gazetteer"] == ("validation",)
-    assert "patterns" not in STACK_FILTERS
+    assert STACK_FILTERS["no-llm"] == STACK_FILTERS["gazetteer"] == ("clinical-values", "validation")
+    assert "validation" not in STACK_FILTERS["patterns"]
 
 
 @pytest.mark.parametrize("text", [

@@ -12,6 +12,8 @@ from typing import Iterator, Sequence
 
 import ahocorasick
 
+from text_deid.clinical_terms import vocabulary
+from text_deid.normal_form import Folded, fold, fold_value
 from text_deid.spans import KnownIdentifier, Span
 
 MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August", "September",
@@ -34,9 +36,38 @@ def _name_words(value: str) -> list[str]:
     return [t for i, t in enumerate(tokens) if not ((i == 0 or t.endswith(".")) and t.rstrip(".").lower() in TITLES)]
 
 
+# A name part of at least INFLECTED_LETTERS letters is also found with a title glued before it and digits after it
+# ("MrQqqplanted", "Zyxwvut604"), and a family name with a plural ending ("KOWALCZYKS"; a given name's plural is
+# more often something else: "Johns Hopkins"); a part of at least DISTINCTIVE_LETTERS, inside any longer token, and
+# reversed (a `<bdo dir="rtl">`), unless that token is an English or clinical word (see `_keeps`).
+INFLECTED_LETTERS, DISTINCTIVE_LETTERS = 4, 5
+GLUED_TITLE, ENDING, FAMILY_ENDING = r"(?:mrs|mr|ms|miss|dr)?", r"(?:\d+)?", r"(?:e?s|\d+)?"
+
+
+def _letters(word: str) -> int:
+    return sum(c.isalpha() for c in word)
+
+
+def _name_part_form(part: str, family: bool) -> str:
+    if _letters(part) >= INFLECTED_LETTERS:
+        return GLUED_TITLE + re.escape(part) + (FAMILY_ENDING if family else ENDING)
+    return re.escape(part)
+
+
+def _distinctive_parts(value: str) -> list[str]:
+    """The name's parts long enough to be looked for inside longer tokens and reversed."""
+    return [t for t in _name_words(value) if _letters(t) >= DISTINCTIVE_LETTERS]
+
+
+def _is_name_token(token: str) -> bool:
+    """A word that can be a name on its own: two characters or more, a letter among them (a house number a
+    sender put in a name field, "29", would mask the 29 of a range)."""
+    return len(token.rstrip(".")) >= 2 and any(c.isalpha() for c in token)
+
+
 def _name_forms(value: str) -> list[str]:
     tokens = _name_words(value)
-    forms = [re.escape(t) for t in tokens if len(t.rstrip(".")) >= 2]
+    forms = [_name_part_form(t, i == len(tokens) - 1) for i, t in enumerate(tokens) if _is_name_token(t)]
     if len(tokens) >= 2:
         family, given = tokens[-1], tokens[0]
         forms += [
@@ -188,7 +219,8 @@ def _needle_words(known: KnownIdentifier) -> list[str]:
     c, v = known.category, known.value.strip()
     if c == "NAME":
         tokens = _name_words(v)
-        words = [t for t in tokens if len(t.rstrip(".")) >= 2]
+        words = [t for t in tokens if _is_name_token(t)]
+        words += [p[::-1] for p in _distinctive_parts(v)]  # a reversed part holds no other needle
         return words + tokens[-1:] if len(tokens) >= 2 else words  # every multi-token form holds the family name
     if c in ("PHONE_NUMBER", "FAX_NUMBER"):
         digits = re.sub(r"\D", "", v)
@@ -249,22 +281,75 @@ NEEDLE_PREFIX = 8
 class _Candidate:
     category: str
     needles: tuple[str, ...]  # projected; empty: always tried
-    forms: tuple[str, ...]
+    forms: tuple[str, ...]  # matched between word edges
+    inner: tuple[str, ...] = ()  # matched anywhere, kept as `_keeps` says
+
+
+def inner_forms(known: KnownIdentifier) -> list[str]:
+    """Regular expressions for a name's distinctive parts inside longer tokens: as written and reversed."""
+    if known.category != "NAME":
+        return []
+    parts = _distinctive_parts(known.value.strip())
+    return [re.escape(p) for p in parts] + [re.escape(p[::-1]) for p in parts]
 
 
 @lru_cache(maxsize=65536)
 def _candidate(known: KnownIdentifier) -> _Candidate | None:
-    """One identifier's forms and needles. Cached: a patient's name, phone and address recur in every
-    resource of a bulk export, while each resource's own ids and dates make its set of identifiers new."""
+    """One identifier's forms and needles, in normal form. Cached: a patient's name, phone and address recur in
+    every resource of a bulk export, while each resource's own ids and dates make its set of identifiers new."""
+    known = KnownIdentifier(fold_value(known.value), known.category)
     if known.category == "DATE" or not (alternatives := forms(known)):
         return None
+    inner = inner_forms(known)
     needles = tuple(project(w) for w in _needle_words(known))
-    return _Candidate(known.category, () if "" in needles else needles, tuple(alternatives))
+    return _Candidate(known.category, () if "" in needles else needles, tuple(alternatives), tuple(inner))
 
 
 @lru_cache(maxsize=4096)
-def _alternation(ordered: tuple[str, ...]) -> re.Pattern:
-    return re.compile(f"{B}(?:{'|'.join(ordered)}){E}", re.IGNORECASE)
+def _alternation(edged: tuple[str, ...], inner: tuple[str, ...] = ()) -> re.Pattern:
+    """Forms between word edges first (the longest first), then forms found anywhere (group `inner`)."""
+    pattern = f"{B}(?:{'|'.join(edged)}){E}" if edged else ""
+    if inner:
+        pattern += ("|" if pattern else "") + f"(?P<inner>{'|'.join(inner)})"
+    return re.compile(pattern, re.IGNORECASE)
+
+
+LONGEST_WORD = 30  # letters around a part beyond this: not a word, and not read further for each match
+ENGLISH_ZIPF = 2.0  # a token at least this frequent in English (wordfreq's Zipf scale: once per 10 million words)
+
+
+@lru_cache(maxsize=65536)
+def _a_word(token: str) -> bool:
+    """An English word (wordfreq) or a clinical one (the clinical vocabulary: "patellofemoral", "parkinsonism")."""
+    from wordfreq import zipf_frequency  # 0.15 s to import and 0.3 s to load its list: only once a part is met inside a token
+
+    return zipf_frequency(token, "en") >= ENGLISH_ZIPF or vocabulary().is_word(token)
+
+
+def _keeps(m: re.Match, text: str) -> bool:
+    """A form matched between word edges is kept; a distinctive part inside a longer token is kept unless the
+    token is an English or clinical word ("Stone" in "gallstones", "Porter" in "reporter", "Patel" in
+    "patellofemoral")."""
+    if m.end() <= m.start():
+        return False
+    if m.lastgroup != "inner":
+        return True
+    start, end = m.start(), m.end()
+    while start > 0 and text[start - 1].isalnum() and m.start() - start < LONGEST_WORD:
+        start -= 1
+    while end < len(text) and text[end].isalnum() and end - m.end() < LONGEST_WORD:
+        end += 1
+    if end - start - len(m[0]) >= LONGEST_WORD:
+        return True
+    return (start, end) == m.span() or not _a_word(text[start:end].lower())
+
+
+def search(pattern: re.Pattern, folded: Folded) -> Iterator[tuple[int, int]]:
+    """The original text's spans of the pattern's kept matches in the folded text."""
+    text = folded.text
+    for m in pattern.finditer(text):
+        if _keeps(m, text):
+            yield folded.original(m.start(), m.end())
 
 
 class KnownMatcher:
@@ -327,11 +412,13 @@ class KnownMatcher:
     def _patterns(self, needles: set[int] | None) -> list[tuple[str, re.Pattern]]:
         """Per category, in category order, the alternation of the forms of the identifiers these needles let
         through, and of those without needles."""
-        by_category: dict[str, set[str]] = {}
+        by_category: dict[str, tuple[set[str], set[str]]] = {}
         for c in chain(self._always, *(self._selects[n] for n in needles or ())):
-            by_category.setdefault(c.category, set()).update(c.forms)
-        return [(category, _alternation(tuple(sorted(alternatives, key=lambda a: (-len(a), a)))))
-                for category, alternatives in sorted(by_category.items())]
+            edged, inner = by_category.setdefault(c.category, (set(), set()))
+            edged.update(c.forms)
+            inner.update(c.inner)
+        return [(category, _alternation(_longest_first(edged), _longest_first(inner)))
+                for category, (edged, inner) in sorted(by_category.items())]
 
     def _searched(self, texts: Sequence[str], joined: str) -> Iterator[tuple[int, list[tuple[str, re.Pattern]]]]:
         """(index, patterns) of each text worth a regex search: those holding a needle, or all of them when
@@ -342,16 +429,20 @@ class KnownMatcher:
         for i in range(len(texts)) if self._always else holds:
             yield i, self._patterns(holds.get(i))
 
+    def _folded(self, texts: Sequence[str]) -> tuple[list[Folded], str]:
+        folded = [fold(t) for t in texts] if self.candidates else []
+        return folded, SEPARATOR.join(f.text for f in folded)
+
     def find_many(self, texts: Sequence[str], detector: str) -> list[list[Span]]:
-        """Every occurrence of every known identifier in each of `texts`."""
+        """Every occurrence of every known identifier in each of `texts` (compared in normal form)."""
         found: list[list[Span]] = [[] for _ in texts]
-        joined = SEPARATOR.join(texts)
-        for i, patterns in self._searched(texts, joined):
-            text, spans = texts[i], found[i]
+        folded, joined_folded = self._folded(texts)
+        for i, patterns in self._searched([f.text for f in folded], joined_folded):
+            spans = found[i]
             for category, pattern in patterns:
-                spans.extend(Span(m.start(), m.end(), category, detector, 1.0)
-                             for m in pattern.finditer(text) if m.end() > m.start())
+                spans.extend(Span(start, end, category, detector, 1.0) for start, end in search(pattern, folded[i]))
         if self.days and texts:  # one search of the texts joined: no date shape can match across a NUL
+            joined = SEPARATOR.join(texts)
             starts, pos = [], 0
             for text in texts:
                 starts.append(pos)
@@ -368,12 +459,20 @@ class KnownMatcher:
 
     def occurs_in_any(self, texts: Sequence[str]) -> bool:
         """Whether `find_many(texts)` finds anything; stops at the first occurrence a regex finds."""
-        joined = SEPARATOR.join(texts)
-        for i, patterns in self._searched(texts, joined):
+        folded, joined_folded = self._folded(texts)
+        for i, patterns in self._searched([f.text for f in folded], joined_folded):
             for _, pattern in patterns:
-                if any(m.end() > m.start() for m in pattern.finditer(texts[i])):
+                if any(_keeps(m, folded[i].text) for m in pattern.finditer(folded[i].text)):
                     return True
-        return bool(self.days) and any(date_readings(m) & self.days for m in date_shapes(joined))
+        return bool(self.days) and any(date_readings(m) & self.days for m in date_shapes(SEPARATOR.join(texts)))
+
+
+def _longest_first(alternatives: set[str]) -> tuple[str, ...]:
+    """Longest first, so a name written whole wins over its parts; a part's affixes do not count."""
+    def literal_length(form: str) -> int:
+        return len(form.replace(GLUED_TITLE, "").replace(FAMILY_ENDING, "").replace(ENDING, ""))
+
+    return tuple(sorted(alternatives, key=lambda a: (-literal_length(a), a)))
 
 
 def compile_known(known: tuple[KnownIdentifier, ...]) -> KnownMatcher:

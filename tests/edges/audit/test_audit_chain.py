@@ -217,8 +217,9 @@ def test_records_written_by_the_first_release_verify_and_extend(store_url):  # n
     head_mac = hmac.new(secret, f"deid-adapter audit head\x002:{second['record_hash']}".encode(), hashlib.sha256)
     sql(t, "UPDATE deid_audit_head SET seq = 2, record_hash = :h, signature = :s", h=second["record_hash"],
         s=head_mac.hexdigest())
-    assert t.verify().ok
-    t.append([entry(3)])  # today's writer chains onto them
+    before = t.verify()  # the chain holds; written without an anchor, the store has none until its next append
+    assert before.broken.kind == "anchor" and "anchor" in before.broken.message and before.records == 2
+    t.append([entry(3)])  # today's writer chains onto them, and anchors the head
     report = t.verify()
     assert report.ok and report.records == 3
     assert row(t, 3)["prev_hash"] == second["record_hash"]
@@ -243,6 +244,7 @@ def _assert_one_chain(url: str, writers: int, per_writer: int) -> None:
     report = t.verify()
     assert report.ok, report.broken
     assert report.records == writers * per_writer
+    assert report.anchor_seq == report.head_seq == report.records  # the anchor names the last commit, whoever made it
     seen = {(r["detail"]["writer"], r["detail"]["n"]) for r in t.export()}
     assert seen == {(w, n) for w in range(writers) for n in range(per_writer)}  # no record lost or doubled
     t.close()

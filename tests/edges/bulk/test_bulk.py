@@ -7,7 +7,6 @@ import json
 import os
 import random
 import re
-import runpy
 import shutil
 import signal
 import subprocess
@@ -18,14 +17,15 @@ from pathlib import Path
 
 import pytest
 
+from conformance import safe_harbor
 from adapter.bulk.job import SUMMARY_NAME, WORK_DIR, linked_patients
 from fhir_transforms.keys import Key, key_id_for
 from fhir_transforms.pseudonym import Pseudonymizer
 from fhir_transforms.r4.walker import age_limit
 from tests.support import SAMPLE, TODAY, assert_same_tree, reference_output, refusing_export, run_bulk
-from tests.conftest import ROOT, TEST_SECRET
+from tests.conftest import ROOT, SHARED_TOOLS, TEST_SECRET, needs_shared_tools
 
-LEAK_TOOL = ROOT.parent / "shared" / "tools" / "fhir_leak.py"
+LEAK_TOOL = SHARED_TOOLS / "fhir_leak.py"
 PSEUDO = Pseudonymizer(Key(key_id_for(TEST_SECRET), TEST_SECRET))
 
 
@@ -129,6 +129,7 @@ def test_one_patient_shifts_by_one_offset_in_every_file(tmp_path):
     assert len({PSEUDO.day_offset(p) for p in patients}) > 1
 
 
+@needs_shared_tools
 def test_independent_leak_check_finds_nothing(reference, tmp_path):
     resources_only = tmp_path / "in"
     shutil.copytree(SAMPLE, resources_only, ignore=shutil.ignore_patterns("log.ndjson"))
@@ -138,9 +139,8 @@ def test_independent_leak_check_finds_nothing(reference, tmp_path):
 
 
 def test_summary_and_manifest_hold_no_phi(reference):
-    leak_tool = runpy.run_path(str(LEAK_TOOL))
     phi = {v for p in SAMPLE.glob("*.ndjson") if p.name != "log.ndjson" for r in ndjson(p)
-           for _, v in leak_tool["phi_of"](r) if len(v) >= 3}
+           for _, v in safe_harbor.identifying_values(r) if len(v) >= 3}
     phi |= {r["id"] for p in SAMPLE.glob("*.ndjson") if p.name != "log.ndjson" for r in ndjson(p)}
     for name in (SUMMARY_NAME, "manifest.json"):
         text = (reference / name).read_text()

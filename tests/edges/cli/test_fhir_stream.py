@@ -16,15 +16,15 @@ from adapter.cli.main import app
 from fhir_transforms.errors import DetectorFailed
 from fhir_transforms.r4 import stream
 from fhir_transforms.r4.record import Deidentifier
-from tests.conftest import FIXED_TODAY, make_engine
+from tests.conftest import DATA, FIXED_TODAY, make_engine
 
-SHARED = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "fhir"
-BUNDLE = sorted((SHARED / "synthea-bundles").glob("*.json"))[0]
+SAMPLES = DATA / "fhir"
+BUNDLE = sorted((SAMPLES / "synthea-bundles").glob("*.json"))[0]
 
 
 @pytest.fixture(autouse=True)
 def stream_every_bundle(monkeypatch):
-    monkeypatch.setattr(fhir_command, "STREAM_FROM_BYTES", 0)  # the shared Bundles are smaller than the threshold
+    monkeypatch.setattr(fhir_command, "STREAM_FROM_BYTES", 0)  # the sample Bundles are smaller than the threshold
 
 
 def _run(src: Path, out: Path, key_file: Path):

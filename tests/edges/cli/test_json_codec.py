@@ -10,9 +10,9 @@ import struct
 import pytest
 
 from adapter import files, json_input
-from tests.conftest import SHARED
+from tests.conftest import DATA
 
-BUNDLE = next(iter(sorted((SHARED / "fhir" / "synthea-bundles").glob("*.json"))))
+BUNDLE = next(iter(sorted((DATA / "fhir" / "synthea-bundles").glob("*.json"))))
 
 
 def stdlib_loads(text):

@@ -14,7 +14,7 @@ from adapter.http.auth import add_client
 from fhir_transforms import keys
 from fhir_transforms.r4.walker import SITE_RULES_TAG_SYSTEM
 from fhir_transforms.site_rules import read_site_rules
-from tests.conftest import ROOT, SHARED
+from tests.conftest import DATA, ROOT
 
 EXAMPLE = ROOT / "examples" / "site-rules.yaml"
 BAD = "extends: safe-harbor\nfhir:\n  rules:\n    Organization.name: remove\n    Patient.shoeSize: remove\n"
@@ -132,7 +132,7 @@ def test_the_example_rules_file_end_to_end(tmp_path, test_key_file):
     src, out = tmp_path / "in", tmp_path / "out"
     src.mkdir()
     (src / "site.json").write_text(json.dumps(SITE_BUNDLE))
-    synthea = sorted((SHARED / "fhir" / "synthea-bundles").glob("Clemente_*.json"))
+    synthea = sorted((DATA / "fhir" / "synthea-bundles").glob("Clemente_*.json"))
     for path in synthea:
         shutil.copy(path, src / path.name)
     result = cli("fhir", str(src), str(out), "--rules", str(EXAMPLE), "--key-file", str(test_key_file), "--stack",

@@ -9,10 +9,10 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import DATA, ROOT
 
 HEAVY = ("torch", "transformers", "sqlalchemy", "fastapi", "uvicorn", "presidio_analyzer", "spacy")
-HL7 = ROOT.parent / "shared" / "data" / "hl7v2" / "ADT-A01-01.hl7"
+HL7 = DATA / "hl7v2" / "ADT-A01-01.hl7"
 
 # Runs the CLI in this interpreter and, at exit, prints which of HEAVY it imported as the last line on stderr.
 RUN = ("import atexit, json, sys\n"

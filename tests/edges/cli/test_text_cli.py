@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 from text_deid.stack import DEFAULT_STACK
-from tests.conftest import SHARED, run_cli
+from tests.conftest import DATA, run_cli
 
 NOTES = [
     {"id": "n1", "text": "Pt Quillan Zyxwortel seen 03/14/2024, MRN: 55-81234. Call 612-555-0111.",
@@ -51,7 +51,7 @@ def test_bad_jsonl_is_exit_2(tmp_path):
 
 def test_eval_on_the_tuning_half_prints_metrics_with_intervals(tmp_path):
     gold = tmp_path / "gold.jsonl"
-    lines = (SHARED / "asq-phi" / "tuning.jsonl").read_text().splitlines()[:60]
+    lines = (DATA / "asq-phi" / "tuning.jsonl").read_text().splitlines()[:60]
     gold.write_text("\n".join(lines) + "\n")
     proc = run_cli("eval", str(gold), "--json", check=True)
     result = json.loads(proc.stdout)

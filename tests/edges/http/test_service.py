@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from adapter.http.auth import add_client
 from fhir_transforms.hl7v2 import message as er7
-from tests.conftest import SHARED, run_cli
+from tests.conftest import DATA, run_cli
 from tests.support import FHIR, assert_outcome, post, serve
 
 CANARY = {"given": "Quorvath", "family": "Zelbrindex", "mrn": "MRN-88127733", "phone": "612-555-0193",
@@ -27,8 +27,8 @@ def server(tmp_path_factory, test_key_file):
 
 
 def test_each_synthea_bundle_over_http_equals_the_cli_output(server, tmp_path, test_key_file):
-    bundles = sorted((SHARED / "fhir" / "synthea-bundles").glob("*.json"))
-    run_cli("fhir", str(SHARED / "fhir" / "synthea-bundles"), str(tmp_path / "cli"), "--today", "2026-01-15", "--keep-file-names",
+    bundles = sorted((DATA / "fhir" / "synthea-bundles").glob("*.json"))
+    run_cli("fhir", str(DATA / "fhir" / "synthea-bundles"), str(tmp_path / "cli"), "--today", "2026-01-15", "--keep-file-names",
             key_file=test_key_file, check=True)
     for path in bundles:
         resp = post(server, path.read_bytes())
@@ -38,7 +38,7 @@ def test_each_synthea_bundle_over_http_equals_the_cli_output(server, tmp_path, t
 
 
 def test_parameters_in_parameters_out(server):
-    patient = json.loads((SHARED / "fhir" / "hl7-r4-examples" / "Patient-example.json").read_text())
+    patient = json.loads((DATA / "fhir" / "hl7-r4-examples" / "Patient-example.json").read_text())
     params = {"resourceType": "Parameters", "parameter": [{"name": "resource", "resource": patient},
                                                           {"name": "profile", "valueCode": "longitudinal"}]}
     resp = post(server, params, headers={"Content-Type": "application/json"})
@@ -51,7 +51,7 @@ def test_parameters_in_parameters_out(server):
 
 
 def test_hl7v2_call(server):
-    message = (SHARED / "hl7v2" / "ADT-A01-01.hl7").read_bytes()
+    message = (DATA / "hl7v2" / "ADT-A01-01.hl7").read_bytes()
     resp = httpx.post(server["base"] + "/hl7v2/$de-identify", content=message, timeout=60,
                       headers={"Content-Type": "x-application/hl7-v2+er7", "Authorization": f"Bearer {server['token']}"})
     assert resp.status_code == 200, resp.text[:300]
@@ -189,7 +189,7 @@ def test_fuzz_finds_no_500_and_no_hang(server, doc):
 
 
 def test_conformance_check_command_passes_against_the_running_server(server):
-    proc = run_cli("conformance", "check", server["base"], "--samples", str(SHARED / "fhir" / "hl7-r4-examples"),
+    proc = run_cli("conformance", "check", server["base"], "--samples", str(DATA / "fhir" / "hl7-r4-examples"),
                    "--token", server["token"])
     report = json.loads(proc.stdout)
     assert proc.returncode == 0, proc.stdout

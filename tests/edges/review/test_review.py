@@ -436,17 +436,23 @@ def test_decisions_are_deduplicated_capped_and_never_echoed(setup):
 
 
 def test_review_serve_trusts_forwarded_headers_only_from_a_named_proxy(monkeypatch, setup):
-    import uvicorn
     from typer.testing import CliRunner
+    from adapter.cli import review as review_command
     from adapter.cli.main import app as cli_app
 
     served = []
-    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: served.append((app, kw)))
+
+    def serve_app(app, sock, ssl_certfile, ssl_keyfile, about, **kw):
+        sock.close()
+        served.append((app, kw))
+
+    monkeypatch.setattr(review_command, "serve_app", serve_app)
     (setup.root / "thresholds.json").write_text(json.dumps(THRESHOLDS))
     write_key(setup.root / "site.key", bytes(range(32)))
     args = ["review", "serve", "--users", str(setup.users_file), "--out", str(setup.out_dir), "--config",
             str(setup.root / "thresholds.json"), "--queue", setup.queue.url, "--review-key-file",
-            str(setup.root / "review.key"), "--key-file", str(setup.root / "site.key"), "--stack", "patterns"]
+            str(setup.root / "review.key"), "--key-file", str(setup.root / "site.key"), "--stack", "patterns",
+            "--port", "0"]
     for extra, behind_proxy in (([], False), (["--trusted-proxy", "10.0.0.1", "--behind-tls"], True)):
         result = CliRunner().invoke(cli_app, args + extra)
         assert result.exit_code == 0, result.output

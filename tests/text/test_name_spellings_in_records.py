@@ -1,0 +1,153 @@
+"""Property: any known name, in any of the spellings of the red team (issue #36), in any narrative place of a FHIR
+record or an HL7v2 message, is masked or the record refused (exit 3): never written with success."""
+from __future__ import annotations
+
+import base64
+import json
+import unicodedata
+
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from fhir_transforms.errors import RecordRefused
+from fhir_transforms.hl7v2.engine import HL7Deidentifier
+from fhir_transforms.hl7v2.message import Delimiters, decode
+from fhir_transforms.hl7v2.rules import load_hl7_profile
+from fhir_transforms.keys import Key, key_id_for
+from fhir_transforms.pseudonym import Pseudonymizer
+from tests.conftest import FIXED_TODAY, TEST_SECRET, make_engine
+from text_deid.stack import build_stack
+
+KEY = Key(key_id_for(TEST_SECRET), TEST_SECRET)
+FHIR = make_engine(KEY, validate=False)
+HL7 = HL7Deidentifier(load_hl7_profile("safe-harbor"), Pseudonymizer(KEY), build_stack("patterns"), lambda: FIXED_TODAY)
+
+CYRILLIC = str.maketrans("aceopxyiABCEHKMOPTXY", "асеорхуіАВСЕНКМОРТХУ")
+
+
+def _strip(s: str) -> str:
+    return "".join(c for c in unicodedata.normalize("NFD", s) if not unicodedata.combining(c))
+
+
+def _inside(mark: str):
+    return lambda p: p[:2] + mark + p[2:]
+
+
+# name -> (the text written for each part, what joins the parts); each part's text must not survive
+SPELLINGS = {
+    "as written": (lambda p: p, " "),
+    "NFD": (lambda p: unicodedata.normalize("NFD", p), " "),
+    "accents stripped": (_strip, " "),
+    "zero-width space": (_inside("\u200b"), " "),
+    "zero-width joiner": (_inside("\u200d"), " "),
+    "soft hyphen": (_inside("\u00ad"), " "),
+    "right-to-left mark": (_inside("\u200f"), " "),
+    "Cyrillic look-alikes": (lambda p: p.translate(CYRILLIC), " "),
+    "fullwidth Latin": (lambda p: "".join(chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else c for c in p), " "),
+    "capitals plural": (lambda p: p.upper() + "S", " "),
+    "plural": (lambda p: p + "s", " and the "),
+    "possessive": (lambda p: p + "'s", " "),
+    "glued title": (lambda p: "Mr" + p, " "),
+    "digits": (lambda p: p + "604", " "),
+    "glued to a word": (lambda p: "seen" + p, " "),
+    "HL7 .sp": (lambda p: p, r"\.sp2\ "[:-1]),
+    "HL7 .in": (lambda p: p, r"\.in2\ "[:-1]),
+    "HL7 .ti": (lambda p: p, r"\.ti3\ "[:-1]),
+    "HL7 .sk": (lambda p: p, r"\.sk1\ "[:-1]),
+    "HL7 component escape": (lambda p: p, r"\S\ "[:-1]),
+    "HL7 repetition escape": (lambda p: p, r"\R\ "[:-1]),
+    "HL7 highlight inside": (lambda p: p[:2] + r"\H\ "[:-1] + p[2:], " "),
+    "reversed": (lambda p: p[::-1], " "),
+    "table cells": (lambda p: p, "</td><td>"),
+}
+MARKUP = {  # readable only where the place's text is markup, JSON or not HL7
+    "HTML references": (lambda p: "".join(f"&#{ord(c)};" for c in p), " "),
+    "JSON \\u escapes": (lambda p: "".join(f"\\u{ord(c):04x}" for c in p), " "),
+}
+HL7_ONLY = {"HL7 component separator": (lambda p: p, "^"), "HL7 repetition separator": (lambda p: p, "~")}
+FHIR_PLACES = ("text.div", "note", "text/plain attachment", "application/json attachment")
+HL7_PLACES = ("OBX-5 TX", "NTE-3")
+
+
+def fhir_output(given_name: str, family: str, text: str, place: str) -> str | None:
+    """Everything a reader of the output sees, or None when the record is refused."""
+    patient = {"resourceType": "Patient", "id": "p1", "name": [{"family": family, "given": [given_name]}]}
+    other = {"resourceType": "Observation", "id": "o1", "status": "final", "code": {"text": "note"},
+             "subject": {"reference": "Patient/p1"}}
+    if place == "text.div":
+        other["text"] = {"status": "generated",
+                         "div": f'<div xmlns="http://www.w3.org/1999/xhtml">Seen {text} today.</div>'}
+    elif place == "note":
+        other["note"] = [{"text": f"Seen {text} today."}]
+    else:
+        json_note = place.startswith("application/json")
+        body = json.dumps({"note": "Seen @ today."}).replace("@", text) if json_note else f"Seen {text} today."
+        other = {"resourceType": "DocumentReference", "id": "d1", "status": "current", "subject": {"reference": "Patient/p1"},
+                 "content": [{"attachment": {"contentType": place.split()[0],
+                                             "data": base64.b64encode(body.encode()).decode()}}]}
+    bundle = {"resourceType": "Bundle", "type": "collection", "entry": [{"resource": patient}, {"resource": other}]}
+    try:
+        out = FHIR.deidentify(bundle).resource
+    except RecordRefused:
+        return None
+    seen = [json.dumps(out, ensure_ascii=False)]
+    for c in out["entry"][1]["resource"].get("content", []):
+        seen.append(base64.b64decode(c["attachment"]["data"]).decode())
+    return "\n".join(seen)
+
+
+def hl7_output(given_name: str, family: str, text: str, place: str) -> str | None:
+    segment = f"OBX|1|TX|11506-3^Progress note^LN||Seen {text} today.||||||F" if place == "OBX-5 TX" \
+        else f"NTE|1||Seen {text} today."
+    message = "\r".join(["MSH|^~\\&|APP|FAC|RCV|RFAC|20240101120000||ORU^R01^ORU_R01|CTRL1|P|2.5.1",
+                         f"PID|1||MRN12345^^^HOSP^MR||{family}^{given_name}||19700312|F", "OBR|1", segment]) + "\r"
+    try:
+        return HL7.deidentify(message)
+    except RecordRefused:
+        return None
+
+
+def survivors(given_name: str, family: str) -> list[tuple[str, str]]:
+    """(spelling, place) of every combination in which a written part survived with success."""
+    found = []
+    for places, run, spellings in ((FHIR_PLACES, fhir_output, SPELLINGS | MARKUP),
+                                   (HL7_PLACES, hl7_output, SPELLINGS | HL7_ONLY)):
+        for spelling, (write, join) in spellings.items():
+            parts = [write(given_name), write(family)]
+            if spelling == "reversed":
+                parts.reverse()
+            for place in places:
+                text = join.join(parts)
+                if spelling == "reversed" and place == "text.div":
+                    text = f'<bdo dir="rtl">{text}</bdo>'
+                if spelling == "table cells" and place == "text.div":
+                    text = f"<table><tr><td>{text}</td></tr></table>"
+                out = run(given_name, family, text, place)
+                if out is not None and any(p in out for p in (*parts, given_name, family)):
+                    found.append((spelling, place))
+    return found
+
+
+COMBINATIONS = (len(SPELLINGS) + len(MARKUP)) * len(FHIR_PLACES) + (len(SPELLINGS) + len(HL7_ONLY)) * len(HL7_PLACES)
+# parts of 5 letters or more, the distinctiveness rule (docs/text-stack.md: a shorter part is not looked for inside
+# a longer token or reversed); the letters include those with accents, and those that do not decompose
+LETTERS = "bcdfghjklmnpqrstvwxzaeiouyéñüøłçåžš"
+PART = st.text(st.sampled_from(LETTERS), min_size=5, max_size=11).map(str.capitalize)
+
+
+@settings(max_examples=30, deadline=None)
+@given(PART, PART)
+@example("Zyxwvut", "Qqqplanted")
+@example("Josélito", "García")
+@example("Joanna", "Kowalczyk")
+@example("Łukasz", "Wałęsa")
+@example("Zoëlle", "Øyelund")
+def test_a_known_name_in_any_spelling_in_any_place_is_masked_or_refused(given_name, family):
+    assert survivors(given_name, family) == []
+
+
+def test_hl7_formatting_commands_read_as_a_word_break():
+    d = Delimiters()
+    for sequence, reads in [(r"\.sp2\ ", "\n"), (r"\.in2\ ", " "), (r"\.ti3\ ", " "), (r"\.sk1\ ", " "), (r"\.br\ ", "\n"),
+                            (r"\.ce\ ", "\n")]:
+        assert decode("Zyxwvut" + sequence[:-1] + "Qqqplanted", d)[0] == f"Zyxwvut{reads}Qqqplanted"
