@@ -9,6 +9,7 @@ import secrets
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import msgspec
 
@@ -102,6 +103,58 @@ def read(path: Path, rel: Path) -> FhirFile:
     if "resourceType" not in doc:
         raise NoResources(f"{path}: not a FHIR resource (no resourceType); skipped")
     return FhirFile(path, rel, False, [doc], [data], [1])
+
+
+def ndjson_records(path: Path, skip: frozenset[int] = frozenset()) -> Iterator[tuple[int, bytes, dict]]:
+    """(line number, the line's bytes as read, its JSON) of each line of an NDJSON file that is not blank nor in
+    `skip`, read a line at a time: the file is never held. Lines and their numbers are those of `read` (ended by
+    LF, CR LF or CR); InputError as `read` says it, for the first line at fault."""
+    try:
+        with path.open("rb") as f:
+            n = 0
+            for i, chunk in enumerate(f):  # (a chunk ends with LF: a CR LF is never split)
+                for line in (chunk.removeprefix(BOM) if i == 0 else chunk).splitlines():
+                    n += 1
+                    if n in skip or not line.strip():
+                        continue
+                    try:
+                        line.decode("utf-8")
+                    except UnicodeDecodeError:
+                        raise InputError(f"{path}: not UTF-8 text") from None
+                    yield n, line, _loads(line, f"{path}: line {n}")
+    except OSError as e:
+        raise InputError(f"{path}: {e.strerror}") from None
+
+
+class LinesWriter:
+    """An NDJSON output a line at a time, into a temporary file beside its target; `publish` renames it into
+    place (readers never see a partial file), `discard` leaves nothing behind."""
+
+    def __init__(self, target: Path, root: Path | None = None) -> None:
+        if root is not None:
+            check_inside(target, root)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if root is not None:
+            check_inside(target, root)
+        fd, self.tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+        self.out = os.fdopen(fd, "wb")
+
+    def add(self, line: bytes) -> None:
+        self.out.write(line + b"\n")
+
+    def publish(self, target: Path) -> None:
+        """Into place at `target`, a name in the folder of the target it was opened for."""
+        self.out.flush()
+        os.fsync(self.out.fileno())
+        self.out.close()
+        os.replace(self.tmp, target)
+        self.tmp = None
+
+    def discard(self) -> None:
+        self.out.close()
+        if self.tmp is not None:
+            os.unlink(self.tmp)
+            self.tmp = None
 
 
 @dataclass
@@ -301,6 +354,18 @@ def private_name(target: Path, known, pseudo) -> Path:
     """`target`, or where its file name holds a word of one of the record's people's names or an identifier
     (Synthea's `Given_Family_uuid.json`) a keyed pseudonym of the name with the same extension: a release's file
     names must not name its patients. The same name and key always give the same pseudonym."""
+    return pseudonymous_name(target, pseudo) if names_file(_name_tokens(target.stem), known) else target
+
+
+def file_name_words(target: Path) -> set[str]:
+    """The words of a file's name that `names_file` compares (read once for a file whose records come one by one)."""
+    return _name_tokens(target.stem)
+
+
+def names_file(name_words: set[str], known) -> bool:
+    """Whether the words of a file's name (`file_name_words`) hold a word of a known name or identifier."""
+    if not name_words:
+        return False
     words = set()
     for k in known:
         if k.category in NAMING:
@@ -308,6 +373,8 @@ def private_name(target: Path, known, pseudo) -> Path:
         elif k.category in IDENTIFYING_WHOLE and len(k.value) >= 4:
             # with a digit: an MRN or a uuid's part, not a label such as an id's "example" or "visit"
             words |= {w for w in NAME_TOKEN.findall(k.value.casefold()) if len(w) >= 4 and any(c.isdigit() for c in w)}
-    if not words & _name_tokens(target.stem):
-        return target
+    return bool(words & name_words)
+
+
+def pseudonymous_name(target: Path, pseudo) -> Path:
     return target.with_name(f"record-{pseudo.token('file-name', target.name, 16)}{target.suffix}")

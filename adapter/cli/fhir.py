@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 from typing import Optional
 
@@ -90,22 +89,14 @@ def fhir(
                 counts["bundles"] += 1
                 counts["in_bundles"] += entries
                 continue
+            if path.suffix == ".ndjson":
+                written, refused_lines = _ndjson(engine, path, rel, target, root, validate, account, keep_file_names)
+                counts["refused_lines"] += refused_lines
+                counts["written"] += written is not None
+                counts["resources"] += written or 0
+                continue
             f = fhir_files.read(path, rel)
             results, audited, refused, known = _deidentify_file(engine, f, validate)
-            if refused:  # NDJSON lines refused: their neighbours are written, these are listed
-                account.discard()  # pseudonyms the vault holds pending include the refused lines'
-                for n, raw, reason, where, rtype in refused:
-                    account.refused(raw, reason, where, rtype)  # replaces what is pending: one at a time
-                    account.commit()
-                    typer.echo(f"refused  {reason}", err=True)
-                counts["refused_lines"] += len(refused)
-                gone = {n for n, *_ in refused}
-                kept = [(n, raw) for n, raw in zip(f.lines, f.raw) if n not in gone]
-                f.lines, f.raw = [n for n, _ in kept], [raw for _, raw in kept]
-                f.resources = [json.loads(raw) for raw in f.raw]  # the first pass consumed them
-                if not f.raw:
-                    continue
-                results, audited, _, known = _deidentify_file(engine, f, validate)  # the same output, its vault entries only
             if not keep_file_names:
                 target = fhir_files.private_name(target, known, engine.pseudo)
             data = fhir_files.serialize(results, f.ndjson)
@@ -204,6 +195,76 @@ def _stream(engine, path: Path, validate: Validation, account, target: Path, roo
 
 class _Refused(Exception):
     pass
+
+
+def _ndjson(engine, path: Path, rel: Path, target: Path, root, validate: Validation, account,
+            keep_file_names: bool) -> tuple[int | None, int]:
+    """An NDJSON file de-identified a line at a time, its output written as it goes to a temporary file that is
+    renamed into place at the end (nothing partial is published): memory stays that of a line, whatever the
+    file's size. A line refused is audited and reported, and the file written without it: (resources written,
+    or None where no line was left; lines refused). InputError (any line) and AuditError propagate, nothing written."""
+    refused: list = []
+    writer, count, named = _ndjson_pass(engine, path, target, root, validate, account, frozenset(), refused)
+    try:
+        if refused:  # their neighbours are written, these are listed
+            writer.discard()
+            account.discard()  # the audit rows and pseudonyms pending include the refused lines'
+            for n, raw, reason, where, rtype in refused:
+                account.refused(raw, reason, where, rtype)  # replaces what is pending: one at a time
+                account.commit()
+                typer.echo(f"refused  {reason}", err=True)
+            if not count:
+                return None, len(refused)
+            again: list = []  # the same output again, its audit rows and vault entries only
+            writer, count, named = _ndjson_pass(engine, path, target, root, validate, account,
+                                                frozenset(n for n, *_ in refused), again)
+            if again:
+                raise RecordRefused(f"{path}: a line was refused on the second reading only (a bug; nothing written)")
+        if named and not keep_file_names:
+            target = fhir_files.pseudonymous_name(target, engine.pseudo)
+        account.commit()  # durable before the output exists
+        writer.publish(target)
+    finally:
+        writer.discard()
+    typer.echo(f"ok  {rel} ({count} resource{'s' * (count != 1)})", err=True)
+    return count, len(refused)
+
+
+def _ndjson_pass(engine, path: Path, target: Path, root, validate: Validation, account, skip: frozenset[int],
+                 refused: list) -> tuple[fhir_files.LinesWriter, int, bool]:
+    """One reading of an NDJSON file (but the lines in `skip`): (its output, not yet in place; the resources
+    written; whether the file name holds a known identifier of them). Each line written is audited (pending);
+    each refused is listed in `refused` as (line, bytes, reason, where, resourceType)."""
+    writer = fhir_files.LinesWriter(target, root)
+    name_words = fhir_files.file_name_words(target)
+    count, named, seen, untyped = 0, False, 0, 0
+    try:
+        for n, raw, res in fhir_files.ndjson_records(path, skip):
+            seen += 1
+            if "resourceType" not in res:
+                untyped = untyped or seen
+                continue
+            rtype = res["resourceType"]
+            engine.validate = validate is Validation.full or (validate is Validation.sample and _sampled(path, n))
+            where = f"{path}: line {n}"
+            try:
+                result = engine.deidentify(res, where, consume=True)  # read for this call only
+            except RecordRefused as e:
+                refused.append((n, raw, str(e), where, rtype))
+                continue
+            line = fhir_files.compact(result.resource)
+            writer.add(line)
+            account.deidentified(raw, line, result.findings, where, rtype)  # the output line without its newline
+            named = named or fhir_files.names_file(name_words, result.known)
+            count += 1
+        if untyped and not count and not refused:  # (a bulk client's log.ndjson)
+            raise fhir_files.NoResources(f"{path}: holds no FHIR resources (no line has a resourceType); skipped")
+        if untyped:
+            raise InputError(f"{path}: resource {untyped} has no resourceType")
+    except BaseException:
+        writer.discard()
+        raise
+    return writer, count, named
 
 
 def _deidentify_file(engine, f: fhir_files.FhirFile, validate: Validation) -> tuple[list, list, list, set]:

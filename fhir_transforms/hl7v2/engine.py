@@ -848,26 +848,43 @@ class HL7Deidentifier:
         return self.deidentify_file(text).text
 
     def deidentify_file(self, text: str) -> HL7Result:
-        """`deidentify_file_text`, and where the text stack found PHI (`message N/` before each path)."""
+        """`deidentify_file_text`, and where the text stack found PHI (`message N/` before each path). The
+        envelope's segments are read with the known identifiers of every message of the file (those they
+        wrap): a patient's name in a batch header's or trailer's free text (FHS-9, BHS-9, BTS-2) is a known name."""
         items = er7.parse_text(text)
-        out: list[str] = []
-        findings: list[Finding] = []
+        out: list[str] = [""] * len(items)
+        found: list[list[Finding]] = [[] for _ in items]
+        wrapped: set[KnownIdentifier] = set()
         n = 0
-        for item in items:
-            if item.envelope:
-                where = f"envelope {item.segments[0].sid}"
-            else:
+        for i, item in enumerate(items):
+            if not item.envelope:
                 n += 1
                 where = f"message {n}"
-            out.append(self._message(item, where, findings, where + "/"))
-        return HL7Result("".join(out), tuple(findings))
+                out[i], known = self._deidentified(item, where, found[i], where + "/")
+                wrapped.update(known)
+        linked = tuple(sorted(wrapped, key=_value_and_category))
+        for i, item in enumerate(items):
+            if item.envelope:
+                where = f"envelope {item.segments[0].sid}"
+                out[i] = self._deidentified(item, where, found[i], where + "/", linked)[0]
+        return HL7Result("".join(out), tuple(f for item_found in found for f in item_found))
 
     def _message(self, message: er7.Message, where: str, findings: list[Finding] | None = None, at: str = "") -> str:
+        return self._deidentified(message, where, findings, at)[0]
+
+    def _deidentified(self, message: er7.Message, where: str, findings: list[Finding] | None = None, at: str = "",
+                      linked: tuple[KnownIdentifier, ...] = ()) -> tuple[str, tuple[KnownIdentifier, ...]]:
+        """(the message's output, the known identifiers its leak guard read), its findings added to `findings`
+        (their paths after `at`); `linked`: the known identifiers of other messages (an envelope's), masked in
+        its text and read by its guard as its own."""
         before = message.ids()
         known: set[KnownIdentifier] = set()
         walk = MessageWalk(self, message, known)
         walk.run()
         known_ids, guarded = walk.known_identifiers()
+        if linked:
+            known_ids = tuple(sorted({*known_ids, *linked}, key=_value_and_category))
+            guarded = tuple(sorted({*guarded, *linked}, key=_value_and_category))
         notes = [n for n in walk.notes if not n.known_only]
         terms = [n for n in walk.notes if n.known_only]
         try:
@@ -896,7 +913,7 @@ class HL7Deidentifier:
                 er7.check_output(before, out)
             except RuntimeError as e:
                 raise RecordRefused(f"{where}: {e} (a bug; nothing written)") from None
-        return out
+        return out, guarded
 
 
 def _leaks(message: er7.Message, profile: HL7Profile, version: str, written_dates: set[tuple[int, str]],

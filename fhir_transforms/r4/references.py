@@ -10,7 +10,12 @@ from fhir_transforms.pseudonym import UUID_RE, Pseudonymizer
 LITERAL_RE = re.compile(
     r"^(?P<base>(?:https?://[^?#]*/)?)(?P<type>[A-Z][A-Za-z]+)/(?P<id>[A-Za-z0-9\-.]{1,64})(?P<history>/_history/[A-Za-z0-9\-.]{1,64})?$"
 )
-CONDITIONAL_RE = re.compile(r"^(?P<type>[A-Z][A-Za-z]+)\?(?P<query>.*)$")
+# [base/]Type[/_search]?query: a conditional reference or url, a search (a Bundle's links, a batch's GETs)
+CONDITIONAL_RE = re.compile(r"^(?P<base>(?:https?://[^?#]*/)?)(?P<type>[A-Z][A-Za-z]+)(?P<search>/_search)?"
+                            r"\?(?P<query>[^#]*)$")
+# search result parameters: how many, which and in what order, never whose (fhir.org/R4/search.html)
+RESULT_PARAMETERS = frozenset({"_count", "_sort", "_include", "_revinclude", "_summary", "_elements", "_total",
+                               "_contained", "_containedType", "_format", "_pretty"})
 TYPE_ONLY_RE = re.compile(r"^[A-Z][A-Za-z]+$")
 OPERATION_RE = re.compile(r"^(?:[A-Z][A-Za-z]+/)?\$[A-Za-z\-]+$")
 
@@ -34,25 +39,32 @@ def rewrite(value: str, pseudo: Pseudonymizer) -> str | None:
         return f"{m['base']}{m['type']}/{pseudo.resource_id(m['id'])}{m['history'] or ''}"
     m = CONDITIONAL_RE.match(value)
     if m:
-        # criteria other than identifiers are dropped; "Patient?" stays a valid (criteria-less) url
-        return f"{m['type']}?{_rewrite_query(m['query'], pseudo)}"
+        # identifiers and ids pseudonymized, other criteria dropped; "Patient?" stays a valid (criteria-less) url
+        return f"{m['base']}{m['type']}{m['search'] or ''}?{_rewrite_query(m['query'], pseudo)}"
     return None
 
 
 def rewrite_query(query: str, pseudo: Pseudonymizer) -> str | None:
-    """`ifNoneExist` and conditional urls: keep only identifier criteria, with pseudonymized values."""
+    """`ifNoneExist`: _rewrite_query, None when no criterion is left."""
     return _rewrite_query(query, pseudo) or None
 
 
 def _rewrite_query(query: str, pseudo: Pseudonymizer) -> str:
+    """The search parameters of a conditional or search url, each ruled as the element it searches is:
+    identifier and _id values pseudonymized (as Identifier.value and Resource.id are), result parameters
+    (_count, _sort, ...) kept, every other criterion (name, family, birthdate, address, phone, a chained or
+    reverse-chained one, ...) dropped, its value with it."""
     kept = []
     for name, value in parse_qsl(query, keep_blank_values=True):
-        if name != "identifier":
-            continue  # other criteria (name, birthdate, ...) would carry PHI
-        system, sep, ident = value.rpartition("|")
-        if not sep:
-            system, ident = "", value
-        kept.append(f"identifier={quote(system, safe=':/.-_')}|{pseudo.identifier(system, ident)}")
+        if name == "identifier" or name.startswith("identifier:"):
+            system, sep, ident = value.rpartition("|")
+            if not sep:
+                system, ident = "", value
+            kept.append(f"{name}={quote(system, safe=':/.-_')}|{pseudo.identifier(system, ident)}")
+        elif name == "_id":
+            kept.append("_id=" + ",".join(pseudo.resource_id(v) for v in value.split(",") if v))
+        elif name in RESULT_PARAMETERS:
+            kept.append(f"{name}={quote(value, safe=':,.-_')}")
     return "&".join(kept)
 
 
@@ -79,7 +91,7 @@ def original_ids(value: str, rtype: str | None = None) -> list[str]:
 def query_identifiers(query: str) -> list[str]:
     """The identifier values of a conditional url's or ifNoneExist's criteria."""
     return [value.rpartition("|")[2] for name, value in parse_qsl(query, keep_blank_values=True)
-            if name == "identifier" and value.rpartition("|")[2]]
+            if (name == "identifier" or name.startswith("identifier:")) and value.rpartition("|")[2]]
 
 
 def resource_id_of(reference: str) -> str | None:

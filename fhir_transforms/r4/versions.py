@@ -110,14 +110,33 @@ def _own_element(res: dict, rtype: str, version: str) -> str | None:
 
 
 def resources_of(doc) -> Iterable[dict]:
-    """A record's resources as markers are read from them: before validation, so any JSON value may be anywhere."""
+    """A record's resources wherever they sit (its contained resources, a Bundle's entries and their responses'
+    outcomes, a Parameters' parameters and their parts, at any depth), each before those it holds: as markers
+    and known identifiers are read from them, before validation, so any JSON value may be anywhere."""
     if not isinstance(doc, dict):
         return
     yield doc
-    contained = doc.get("contained")
-    for c in contained if isinstance(contained, list) else []:
+    for c in _items(doc.get("contained")):
         yield from resources_of(c)
-    entries = doc.get("entry") if doc.get("resourceType") == "Bundle" else None
-    for entry in entries if isinstance(entries, list) else []:
-        if isinstance(entry, dict):
-            yield from resources_of(entry.get("resource"))
+    rtype = doc.get("resourceType")
+    if rtype == "Bundle":
+        for entry in _items(doc.get("entry")):
+            if isinstance(entry, dict):
+                yield from resources_of(entry.get("resource"))
+                response = entry.get("response")
+                if isinstance(response, dict):
+                    yield from resources_of(response.get("outcome"))
+        yield from resources_of(doc.get("issues"))  # R5
+    elif rtype == "Parameters":
+        yield from _parameters_resources(doc.get("parameter"))
+
+
+def _parameters_resources(parameters) -> Iterable[dict]:
+    for parameter in _items(parameters):
+        if isinstance(parameter, dict):
+            yield from resources_of(parameter.get("resource"))
+            yield from _parameters_resources(parameter.get("part"))
+
+
+def _items(value) -> list:
+    return value if isinstance(value, list) else []

@@ -301,3 +301,27 @@ def test_the_worlds_names_and_places_at_the_default_threshold(text, values, cate
     for value in values:
         a, b = _span(text, value)
         assert any(s.category == category and s.start <= a and b <= s.end for s in spans), value
+
+
+def test_the_record_deadline_stops_inference_within_one_batch(det, monkeypatch):
+    """Issue #36: past the record's deadline the NER runs no further window batch (the work stops, not only
+    the answer): a session taking 0.1 s a batch is called about as many times as the deadline allows."""
+    import time
+
+    from text_deid import budget
+
+    labels = len(det._label_cat)
+    calls = []
+
+    def slow(ids):
+        calls.append(time.monotonic())
+        time.sleep(0.1)
+        return np.zeros((*ids.shape, labels), np.float32)
+
+    monkeypatch.setattr(det, "_session", OutputSession(slow))
+    monkeypatch.setattr(det, "_batch", 1)
+    text = " ".join(f"word{i}" for i in range(det.max_len * 40))  # some 50 windows
+    start = time.monotonic()
+    with budget.within(0.35), pytest.raises(DetectorError, match="ner: over its time budget"):
+        det.detect(text)
+    assert len(calls) <= 5 and time.monotonic() - start < 0.35 + 0.2  # one batch past the deadline at most
