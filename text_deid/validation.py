@@ -35,7 +35,7 @@ TITLE_START_RE = re.compile(r"^(?:Dr|Mr|Mrs|Ms|Miss|Mx|Prof|Doctor|Professor|Nur
 POSSESSIVE_RE = re.compile(r"(?:['’]s|s['’]|['’])$")
 FACILITY_RE = re.compile(r"\b(?:Hospital|Hosp|Clinic|Medical|Med|Center|Centre|Health|Healthcare|Infirmary|"
                          r"Memorial|General|Institute|VA)\b", re.IGNORECASE)
-WORD_RE = re.compile(r"[A-Za-z0-9]")
+WORD_RE = re.compile(r"[^\W_]")  # a letter or digit of any script: ИВАНОВ is a name too
 
 
 @dataclass(frozen=True)

@@ -99,3 +99,12 @@ def test_safe_harbor_keeps_numbers_of_three_digits_or_fewer(text, category, kept
     value = text.split()[-1]
     a = text.index(value)
     assert keeps(Span(a, a + len(value), category, "ner", 0.9), text) is kept
+
+
+def test_a_name_in_another_script_outside_a_protected_span_is_kept():
+    # a letter of any script makes a word: the validation layer dropped ИВАНОВ (no ASCII letter) as punctuation
+    text = "Patient: ИВАНОВ, ПЁТР, MRN 12345"
+    ner = Span(9, 21, "NAME", "ner", 0.9)
+    known = Span(27, 32, "ID", "known", 1.0)
+    kept = validate([ner, known], text)
+    assert any(s.detector == "ner" and text[s.start:s.end].startswith("ИВАНОВ") for s in kept)
