@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import re
 from dataclasses import dataclass
 from datetime import date
 from typing import Any, Callable, Mapping, Protocol
@@ -284,7 +285,15 @@ def _is_a_display(value: str, site: Site) -> bool:
     if value in displays:  # the commonest case, written alike: nothing to fold
         return True
     folded = _folded(value)
-    return any(type(d) is str and _folded(d) == folded for d in displays)
+    if any(type(d) is str and _folded(d) == folded for d in displays):
+        return True
+    # a shortening of a display ("Shoshone" for "Paiute-Shoshone Tribe of the Fallon Reservation"): every word of
+    # the text is a word of one display, so it says nothing the code does not
+    words = set(WORD.findall(folded))
+    return bool(words) and any(type(d) is str and words <= set(WORD.findall(_folded(d))) for d in displays)
+
+
+WORD = re.compile(r"[^\W_]+")
 
 
 def _folded(text: str) -> str:

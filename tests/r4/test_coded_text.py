@@ -48,6 +48,18 @@ def test_a_concept_text_equal_to_its_display_in_another_case_and_spacing_is_kept
     assert not any("qualifier" in t.casefold() for t in flagging.stack.seen)
 
 
+def test_a_concept_text_made_of_words_of_a_display_is_kept(flagging):
+    # US Core's tribal affiliation: "Shoshone" shortens its display; the gazetteer took it for a county
+    code = {"coding": [{"system": "http://terminology.hl7.org/CodeSystem/v3-TribalEntityUS", "code": "187",
+                        "display": "Paiute-Shoshone Tribe of the Fallon Reservation and Colony, Nevada"}],
+            "text": "Shoshone"}
+    obs, = _out(flagging, _observation(code))
+    assert obs["code"] == code and "Shoshone" not in flagging.stack.seen
+    # a word the displays do not hold makes it free text again
+    _out(flagging, _observation({**code, "text": "Shoshone of Elko"}))
+    assert "Shoshone of Elko" in flagging.stack.seen
+
+
 def test_a_concept_text_unlike_its_displays_goes_through_the_stack_and_loses_the_patients_name(engine):
     code = {"coding": [{"system": LOINC, "code": "24323-8", "display": "Comprehensive metabolic panel"}],
             "text": "John Smith's custom panel"}
