@@ -109,7 +109,9 @@ def serve(
               f"deid-adapter serve: listening on {'https' if ssl_certfile else 'http'}://{host_text(bound[0])}:{bound[1]} "
               f"(profile {chosen.name}, stack {stack or DEFAULT_STACK}, key {key.key_id})",
               limit_concurrency=max_connections, timeout_keep_alive=keep_alive_s,
-              http=with_header_timeout(header_timeout_s))
+              http=with_header_timeout(header_timeout_s),
+              # a stop waits for the requests in hand at most one request's time limit: queued ones are cancelled
+              timeout_graceful_shutdown=timeout_s)
 
 
 @tokens_app.command("add")

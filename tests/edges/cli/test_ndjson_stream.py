@@ -27,6 +27,11 @@ def _run(src: Path, out: Path, key_file: Path):
                                     "--stack", "patterns", "--validate", "off", "--today", FIXED_TODAY.isoformat()])
 
 
+def _observations() -> int:
+    gc.collect()
+    return sum(1 for o in gc.get_objects() if type(o) is dict and o.get("resourceType") == "Observation")
+
+
 def test_an_ndjson_file_is_never_held_whole(tmp_path, test_key_file, monkeypatch):
     """While its last line is de-identified, the records of the lines before it are gone (their outputs too)."""
     lines = 300
@@ -37,11 +42,11 @@ def test_an_ndjson_file_is_never_held_whole(tmp_path, test_key_file, monkeypatch
 
     def counting(self, resource, *args, **kwargs):
         if resource.get("id") == f"obs-{lines - 1:08d}":
-            gc.collect()
-            alive.append(sum(1 for o in gc.get_objects() if type(o) is dict and o.get("resourceType") == "Observation"))
+            alive.append(_observations() - before)
         return deidentify(self, resource, *args, **kwargs)
 
     monkeypatch.setattr(Deidentifier, "deidentify", counting)
+    before = _observations()  # other tests' records may still be alive in this process
     result = _run(src, tmp_path / "out.ndjson", test_key_file)
     assert result.exit_code == 0, result.output
     assert len((tmp_path / "out.ndjson").read_text().splitlines()) == lines
