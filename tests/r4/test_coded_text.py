@@ -201,3 +201,15 @@ def test_a_term_keeps_a_word_that_only_a_member_of_staff_is_named(engine):
                        {**_observation(note), "id": "o2"})[1:]
     assert obs["code"]["coding"][0]["display"] == "Reason for lab test"
     assert other["code"]["coding"][0]["display"] == "[NAME] test panel"
+
+
+def test_an_identifier_types_text_is_kept_as_the_kind_of_identifier_it_names(flagging):
+    # US Core's Practitioner: "Michigan Medical License" names a kind of identifier; the model took Michigan for a place
+    practitioner = {"resourceType": "Practitioner", "id": "pr1", "qualification": [{
+        "identifier": [{"type": {"coding": [{"system": "http://terminology.hl7.org/CodeSystem/v2-0203", "code": "MD",
+                                             "display": "Medical License number"}],
+                                 "text": "Michigan Medical License"}, "value": "MD-0042"}],
+        "code": {"coding": [{"system": "http://terminology.hl7.org/CodeSystem/v2-0360", "code": "MD"}]}}]}
+    out, = _out(flagging, practitioner)
+    assert out["qualification"][0]["identifier"][0]["type"]["text"] == "Michigan Medical License"
+    assert "Michigan Medical License" not in flagging.stack.seen
