@@ -4,7 +4,7 @@ NAME or GEOGRAPHIC_LOCATION candidate at a lower confidence.
 
 * **Known words**: an English word (`wordfreq`, `english_words.py`), a word of the clinical vocabulary
   (`clinical/terms.py`) or of the medical look-alikes (eponyms, drugs, devices), a drug name
-  (`mappings/data/drug-words.txt.gz`), an abbreviation (upper case, five letters or fewer).
+  (the one-word names of the clinical-values filter's drug list), an abbreviation (upper case, five letters or fewer).
 * **Context**: a name cue before the word ("Dear", "my name is", "seen with", "neighbour", "Mr.") or after it
   (", can I", "says"), a place cue before it ("lives in", "grew up in", "in", "from", "near"), or a second
   unknown capitalized word beside it (a first and a last name).
@@ -15,21 +15,19 @@ A word in lower case counts only after a name or place cue ("my name is bertram"
 """
 from __future__ import annotations
 
-import gzip
 from functools import lru_cache
-from pathlib import Path
 from typing import Sequence
 
 import regex
 
-import mappings
 from text_deid.clinical.terms import vocabulary
+from text_deid.clinical.values import drug_names
 from text_deid.detectors.addresses import postcodes_and_countries
 from text_deid.detectors.english_words import is_english_word, zipf
 from text_deid.spans import KnownIdentifier, Span
 from text_deid.validation import lookalikes
 
-DRUG_WORDS = Path(mappings.__file__).resolve().parent / "data" / "drug-words.txt.gz"
+ONE_WORD = regex.compile(r"[a-zà-ÿ]{2,}(?:-[a-zà-ÿ]{2,})*")  # a drug name of one word (a hyphen allowed)
 
 NAME, PLACE = "NAME", "GEOGRAPHIC_LOCATION"
 IN_CONTEXT, ALONE = 0.7, 0.5  # confidences: with context, and a capitalized word alone
@@ -79,9 +77,8 @@ TITLE_CASE_SHARE = 0.5
 
 @lru_cache(maxsize=1)
 def drug_words() -> frozenset[str]:
-    """One-word drug names, lower case, read once (`mappings/data/drug-words.txt.gz`)."""
-    with gzip.open(DRUG_WORDS, "rt", encoding="utf-8") as fh:
-        return frozenset(line.strip() for line in fh if line.strip() and not line.startswith("#"))
+    """One-word drug names, lower case: those of the clinical-values filter's drug list, read once."""
+    return frozenset(name for name in drug_names() if ONE_WORD.fullmatch(name))
 
 
 def is_known_word(word: str) -> bool:
