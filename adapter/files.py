@@ -131,11 +131,7 @@ class LinesWriter:
     place (readers never see a partial file), `discard` leaves nothing behind."""
 
     def __init__(self, target: Path, root: Path | None = None) -> None:
-        if root is not None:
-            check_inside(target, root)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if root is not None:
-            check_inside(target, root)
+        make_folder(target, root)
         fd, self.tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
         self.out = os.fdopen(fd, "wb")
 
@@ -197,11 +193,7 @@ class EntryWriter:
     (hashing what it writes); `publish` renames it into place. Nothing is left behind on `discard`."""
 
     def __init__(self, target: Path, root: Path | None = None) -> None:
-        if root is not None:
-            check_inside(target, root)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if root is not None:
-            check_inside(target, root)
+        make_folder(target, root)
         self.target, self.count, self.final = target, 0, None
         self.entries = tempfile.TemporaryFile(dir=target.parent)
 
@@ -315,15 +307,21 @@ def check_inside(target: Path, root: Path) -> None:
         raise InputError(f"{target}: {existing} is not a folder; not written")
 
 
-def write_atomic(path: Path, data: bytes, root: Path | None = None) -> None:
-    """Write to a temporary file beside `path`, then rename: readers never see a partial file. With `root`,
-    the folder written into must lie inside it (checked before and after creating it; a link at `path`
-    itself is replaced, never followed)."""
+def make_folder(path: Path, root: Path | None = None) -> None:
+    """Create the folder `path` is written into; with `root`, it must lie inside it (checked before and after
+    creating it, so a link planted meanwhile cannot lead the write out)."""
     if root is not None:
         check_inside(path, root)
     path.parent.mkdir(parents=True, exist_ok=True)
     if root is not None:
         check_inside(path, root)
+
+
+def write_atomic(path: Path, data: bytes, root: Path | None = None) -> None:
+    """Write to a temporary file beside `path`, then rename: readers never see a partial file. With `root`,
+    the folder written into must lie inside it (checked before and after creating it; a link at `path`
+    itself is replaced, never followed)."""
+    make_folder(path, root)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
