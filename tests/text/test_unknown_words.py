@@ -83,3 +83,18 @@ def test_the_no_llm_stack_masks_the_adversarial_context_only_names():
     redacted = replace.apply(text, build_stack("no-llm").detect(text), replace.tag)
     for word in ("Søndergaard", "Briain", "Okonkwo", "bertram", "Tromsø"):
         assert word not in redacted
+
+
+def test_a_huge_text_stops_at_the_records_deadline_and_costs_in_proportion_to_its_length():
+    # issue 36: a 2 MB attachment without line breaks kept this detector busy long after its request was answered
+    import time
+
+    from text_deid import budget
+    from text_deid.spans import DetectorError
+
+    detector = UnknownWordDetector(in_context_only=False)
+    text = "Seen today with Qorvath and the patient was well. " * 40_000  # 2 MB, one line
+    start = time.monotonic()
+    with budget.within(0.2), pytest.raises(DetectorError, match="over its time budget"):
+        detector.detect(text)
+    assert time.monotonic() - start < 5

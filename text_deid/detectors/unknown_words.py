@@ -15,11 +15,13 @@ A word in lower case counts only after a name or place cue ("my name is bertram"
 """
 from __future__ import annotations
 
+import bisect
 from functools import lru_cache
 from typing import Sequence
 
 import regex
 
+from text_deid import budget
 from text_deid.clinical.terms import vocabulary
 from text_deid.clinical.values import drug_names
 from text_deid.detectors.addresses import postcodes_and_countries
@@ -35,10 +37,12 @@ MIN_LETTERS = 3
 ABBREVIATION_MAX = 5
 PAIR_ZIPF = 3.0  # two capitalized words side by side are a name only if both are this rare ("Natriuretic Peptide" is not)
 MAX_LIST = 12  # list mates taken from one text at most
+BUDGET_EVERY = 1024  # words between looks at the record's deadline
 
 _WORD = regex.compile(r"(?<![\w@./\\-])\p{L}[\p{L}'’]{0,40}(?:-\p{L}[\p{L}'’]{0,40}){0,3}(?![\w@/])")
 _UPPER, _LOWER = regex.compile(r"\p{Lu}"), regex.compile(r"\p{Ll}")
 _POSSESSIVE = regex.compile(r"['’]s?$")
+_NEWLINE = regex.compile(r"\n")
 _INITIAL = regex.compile(r"[ \t]{1,3}\p{Lu}\.?[ \t]{1,3}")
 # Cues on the same line as the word. These make even a common capitalized word a name ("named him Frank").
 _NAMING_CUE = regex.compile(
@@ -117,14 +121,17 @@ class UnknownWordDetector:
         words = list(_WORD.finditer(text))
         candidates, named_words = [], []
         known_on_line: dict[int, list[int]] = {}  # line start -> [known words, of them capitalized]
-        for m in words:
+        line_start = _line_starts(text)
+        for i, m in enumerate(words):
+            if i % BUDGET_EVERY == 0:
+                budget.check(self.name)  # past the record's deadline a huge text stops here, not at its end
             word = m.group()
             if word[-1] in "'’" or word[-2:-1] in ("'", "’"):
                 word = _POSSESSIVE.sub("", word)
             if len(word) - word.count("-") - word.count("'") - word.count("’") < MIN_LETTERS:
                 continue
             if is_known_word(word):
-                counts = known_on_line.setdefault(text.rfind("\n", 0, m.start()) + 1, [0, 0])
+                counts = known_on_line.setdefault(line_start(m.start()), [0, 0])
                 counts[0] += 1
                 counts[1] += word[0].isupper()
                 if _proper_shape(word, upper_text) and _named(text, m.start(), word):
@@ -132,10 +139,12 @@ class UnknownWordDetector:
                 continue
             candidates.append((m.start(), m.start() + len(word), _proper_shape(word, upper_text)))
         title_lines = {line for line, (n, caps) in known_on_line.items() if n >= 2 and caps > TITLE_CASE_SHARE * n}
-        candidates = [(s, e, p, text.rfind("\n", 0, s) + 1 in title_lines) for s, e, p in candidates]
+        candidates = [(s, e, p, line_start(s) in title_lines) for s, e, p in candidates]
         listed = self._listed(text, [c for c in candidates if not c[3]])
         spans = []
         for k, (start, end, proper, title_case) in enumerate(candidates):
+            if k % BUDGET_EVERY == 0:
+                budget.check(self.name)
             before = text[max(0, start - 40):start]
             place = bool(_STRONG_PLACE_CUE.search(before)) or (proper and bool(_PLACE_CUE.search(before)))
             strong = bool(_STRONG_NAME_CUE.search(before))
@@ -185,6 +194,13 @@ class UnknownWordDetector:
     def _mate_before(self, text: str, start: int) -> tuple[int, int] | None:
         m = _CAPITALIZED_BEFORE.search(text, max(0, start - 40), start)
         return (m.start(), m.start() + len(m.group(1))) if m and not vocabulary().is_word(m.group(1).lower()) else None
+
+
+def _line_starts(text: str):
+    """Where the line holding an offset starts, looked up by bisection (rfind from each word would read a text
+    without line breaks once per word)."""
+    starts = [0] + [m.end() for m in _NEWLINE.finditer(text)]
+    return lambda offset: starts[bisect.bisect_right(starts, offset) - 1]
 
 
 def _named(text: str, start: int, word: str) -> bool:
