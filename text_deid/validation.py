@@ -36,6 +36,7 @@ POSSESSIVE_RE = re.compile(r"(?:['’]s|s['’]|['’])$")
 FACILITY_RE = re.compile(r"\b(?:Hospital|Hosp|Clinic|Medical|Med|Center|Centre|Health|Healthcare|Infirmary|"
                          r"Memorial|General|Institute|VA)\b", re.IGNORECASE)
 WORD_RE = re.compile(r"[^\W_]")  # a letter or digit of any script: ИВАНОВ is a name too
+WORD_START_RE = re.compile(r"\b\w")
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,9 @@ class Lookalikes:
     before_head: frozenset[str]  # eponyms that are medical only before a head word
     heads: frozenset[str]
     phrases: re.Pattern
+    # where a phrase can start: its first two letters, lowercase, or its first letter where the second is not an
+    # ASCII letter or digit; None: wherever a word starts (a phrase not starting with an ASCII letter)
+    starts: tuple[frozenset[str], frozenset[str]] | None
 
 
 def _data_path(name: str) -> Path:
@@ -76,7 +80,42 @@ def lookalikes() -> Lookalikes:
     phrases = re.compile(
         rf"\b(?:{phrase_alt}|(?:{eponym_alt})(?:['’]s|s['’]|['’])?(?:[\s-]+(?:{eponym_alt})(?:['’]s)?)*"
         rf"(?:\s+[a-z]+)?\s+(?:{head_alt}))\b", re.IGNORECASE)
-    return Lookalikes(alone, before_head, heads, phrases)
+    return Lookalikes(alone, before_head, heads, phrases, _starts([*before_head, *sections.get("phrases", [])]))
+
+
+def _starts(literals: list[str]) -> tuple[frozenset[str], frozenset[str]] | None:
+    two, one = set(), set()
+    for lit in literals:
+        if not (lit[:1].isascii() and lit[:1].isalpha()):
+            return None
+        if len(lit) > 1 and lit[1].isascii() and lit[1].isalnum():
+            two.add(lit[:2].lower())
+        else:
+            one.add(lit[0].lower())
+    return frozenset(two), frozenset(one)
+
+
+def lookalike_regions(text: str) -> list[tuple[int, int]]:
+    """(start, end) of each clinical phrase in the text: `lookalikes().phrases.finditer`, trying the pattern only
+    where a word starts with a phrase's first letters (a non-ASCII letter may fold to an ASCII one: tried too)."""
+    lex = lookalikes()
+    if lex.starts is None:
+        return [(m.start(), m.end()) for m in lex.phrases.finditer(text)]
+    two, one = lex.starts
+    regions: list[tuple[int, int]] = []
+    end = 0
+    for w in WORD_START_RE.finditer(text):
+        p = w.start()
+        if p < end:
+            continue
+        head = text[p:p + 2]
+        if head.isascii() and head.lower() not in two and head[0].lower() not in one:
+            continue
+        m = lex.phrases.match(text, p)
+        if m:
+            regions.append((p, m.end()))
+            end = m.end()
+    return regions
 
 
 def has_name_context(text: str, span: Span) -> bool:
@@ -141,7 +180,7 @@ def validate(spans: list[Span], text: str) -> list[Span]:
     others = [s for s in spans if s.detector not in PROTECTED]
     if not others:
         return list(spans)
-    regions = [(m.start(), m.end()) for m in lookalikes().phrases.finditer(text)]
+    regions = lookalike_regions(text)
     others = [s for s in others if not (is_lookalike(text, s, regions) or is_common_word(text, s)
                                         or is_source_of_guidance(text, s) or is_clinical_term(text, s))]
     others = _resolve(others, text)
