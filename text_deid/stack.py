@@ -116,6 +116,7 @@ STACK_FILTERS.update({name: ("clinical-values", "validation", "name-parts")
 STACK_FILTERS["balanced"] = ("clinical-values", "second-opinion", "validation", "name-parts")  # the veto sees spans untrimmed
 DEFAULT_STACK = "no-llm"  # ../shared/DESIGN.md: the default when no LLM is configured
 DETECTOR_TIMEOUT_S = 300.0
+TEXT_BOUND_CHARS = 2_000  # a record up to this long runs its text-bound detectors in the calling thread
 
 
 class StackUnavailable(ValueError):
@@ -166,9 +167,12 @@ class TextStack:
                        timings: dict[str, float] | None) -> list[list[list[Span]]]:
         """Each detector's spans per text, in detector order, under the record's deadline."""
         # Detectors that bound their own time run in this thread while the pool runs the others: handing a
-        # short text to a thread and back costs more than the regular expressions themselves. Pooled ones
-        # get the deadline in their context, and stop at it.
-        pooled = [d for d in self.detectors if not getattr(d, "bounds_own_time", False)]
+        # short text to a thread and back costs more than the regular expressions themselves. So do text-bound
+        # ones on a short record, where their work is bounded by its length; an answer past the deadline is
+        # refused all the same. Pooled ones get the deadline in their context, and stop at it.
+        short = sum(map(len, unique)) <= TEXT_BOUND_CHARS
+        pooled = [d for d in self.detectors if not (getattr(d, "bounds_own_time", False)
+                                                     or (short and getattr(d, "text_bound", False)))]
         futures = {d.name: self._executor().submit(contextvars.copy_context().run, _run, d, unique, known)
                    for d in pooled}
         results = {}

@@ -172,6 +172,7 @@ class GazetteerDetector:
     """Names (NAME) and places, hospitals and wards (GEOGRAPHIC_LOCATION) from lists plus context."""
 
     name = DETECTOR
+    text_bound = True  # pure computation over the text: in the calling thread on a short record
 
     def __init__(self) -> None:
         self.lex = lexicon()
