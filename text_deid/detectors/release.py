@@ -22,7 +22,8 @@ from text_deid.normal_form import Folded, fold, fold_value
 from text_deid.spans import KnownIdentifier
 
 SHORTEST_NEEDLE = 4  # identifiers of three characters or fewer are not PHI under Safe Harbor
-_NAME_WORD = re.compile(r"[^\W\d_]{2,}")  # a name's words, less the digits a generator appends ("Larue605")
+# a name's words (group 2) and their digits a generator appends (group 1: "Larue605"), that may not be written
+_NAME_WORD = re.compile(r"(?<![^\W_])(([^\W\d_]{2,})\d*)(?![^\W_])")
 
 
 class ReleaseMatcher:
@@ -36,9 +37,10 @@ class ReleaseMatcher:
             if k.category == "DATE":
                 continue
             if k.category == "NAME":
-                for word in _NAME_WORD.findall(fold_value(k.value)):
-                    if word not in TITLES:
-                        names.setdefault(word, (is_english_word(word), set()))[1].add(KnownIdentifier(word, "NAME"))
+                for token, word in _NAME_WORD.findall(fold_value(k.value)):
+                    if word not in TITLES:  # the word as written in the note, and with its digits
+                        ids = names.setdefault(word, (is_english_word(word), set()))[1]
+                        ids.update(KnownIdentifier(w, "NAME") for w in {token, word})
                 continue
             for needle in _needle_words(KnownIdentifier(fold_value(k.value), k.category)):
                 if len(needle := project(needle)) >= SHORTEST_NEEDLE:
