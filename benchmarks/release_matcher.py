@@ -76,7 +76,7 @@ def main() -> None:
     notes = ["".join(base64.b64decode(c["attachment"]["data"]).decode() for c in d["content"])
              for d in lines("DocumentReference.000.ndjson")]
     ReleaseMatcher(people[0]).known_in(notes[:1])  # wordfreq's list and the fold tables, loaded once before
-    print("| patients | identifiers | build s | memory MB | µs per note (78 notes, mean of 20 rounds) | found per note |")
+    print("| patients | identifiers | build s | memory MB | µs per note (78 notes, mean of 20 rounds after one) | found per note |")
     print("|---|---|---|---|---|---|")
     for n in args.patients:
         rng = random.Random(n)
@@ -87,7 +87,7 @@ def main() -> None:
         built = time.perf_counter() - start
         gc.collect()
         grown = rss() - before
-        found = sum(len(matcher.known_in([note])) for note in notes)
+        found = sum(len(matcher.known_in([note])) for note in notes)  # (and a round to warm up)
         start = time.perf_counter()
         for _ in range(20):
             for note in notes:
