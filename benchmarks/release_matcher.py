@@ -3,8 +3,8 @@
 
 Run: .venv/bin/python benchmarks/release_matcher.py [--patients 1000 10000]
 The release: the known identifiers of the sample export's patients (tests/data/fhir/bulk-ndjson, as the engine
-collects them), the first copy as they are, the others as benchmarks/make_export.py copies them (a suffix on every name part, other digits in
-phones and ids). The notes: the sample's 78 DocumentReference notes, each looked up on its own
+collects them), the first copy as they are, the others as benchmarks/make_export.py copies them (a suffix on
+every name part, other digits in phones and ids). The notes: the sample's 78 DocumentReference notes, each looked up on its own
 (`known_in([note])`) as a record's texts are. Memory: the resident size the matcher adds (built after a gc, in
 this process). Prints timings and sizes only.
 """
@@ -76,7 +76,8 @@ def main() -> None:
     notes = ["".join(base64.b64decode(c["attachment"]["data"]).decode() for c in d["content"])
              for d in lines("DocumentReference.000.ndjson")]
     ReleaseMatcher(people[0]).known_in(notes[:1])  # wordfreq's list and the fold tables, loaded once before
-    print("| patients | identifiers | build s | memory MB | µs per note (78 notes, mean of 20 rounds after one) | found per note |")
+    print("| patients | identifiers | build s | memory MB | µs per note (78 notes, mean of 20 rounds after one) "
+          "| found per note |")
     print("|---|---|---|---|---|---|")
     for n in args.patients:
         rng = random.Random(n)
