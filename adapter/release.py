@@ -7,9 +7,9 @@ while it cuts its chunks (adapter/bulk/job.py); `deid-adapter fhir` reads its ND
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
-from adapter import files as fhir_files
+from adapter import files as fhir_files, json_input
 from fhir_transforms import known as known_ids
 from fhir_transforms.errors import InputError, RecordRefused
 from fhir_transforms.r4.record import Deidentifier
@@ -33,16 +33,36 @@ def person_known(engine: Deidentifier, res: dict, where: str) -> set[KnownIdenti
 
 
 def gathered(paths: Iterable[Path], engine: Deidentifier) -> ReleaseMatcher:
-    """The release of these NDJSON files: the known identifiers of every Patient and RelatedPerson they hold. A
-    file that is bad input gives the people before its fault (the file is reported when its turn comes)."""
+    """The release of these NDJSON files: the known identifiers of every Patient and RelatedPerson they hold.
+    Only the lines that name one of those types are parsed; a line that is bad input is left to the file's own
+    reading, which reports it."""
     known: set[KnownIdentifier] = set()
     validate, engine.validate = engine.validate, False  # (each record is validated when its turn comes)
-    for path in paths:
-        try:
-            for n, raw, res in fhir_files.ndjson_records(path):
-                if any(m in raw for m in PEOPLE_MARKERS) and known_ids.is_one_of(res.get("resourceType"), PEOPLE_TYPES):
+    try:
+        for path in paths:
+            for n, line in _lines(path):
+                if not any(m in line for m in PEOPLE_MARKERS):
+                    continue
+                try:
+                    res = json_input.loads(line)
+                except InputError:
+                    continue
+                if isinstance(res, dict) and known_ids.is_one_of(res.get("resourceType"), PEOPLE_TYPES):
                     known.update(person_known(engine, res, f"{path}: line {n}"))
-        except InputError:
-            continue
-    engine.validate = validate
+    finally:
+        engine.validate = validate
     return ReleaseMatcher(known)
+
+
+def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    """(line number, bytes) of each line of a file, numbered as `adapter.files.ndjson_records` numbers them; an
+    unreadable file gives none (its own reading reports it)."""
+    try:
+        with path.open("rb") as f:
+            n = 0
+            for i, chunk in enumerate(f):
+                for line in (chunk.removeprefix(fhir_files.BOM) if i == 0 else chunk).splitlines():
+                    n += 1
+                    yield n, line
+    except OSError:
+        return

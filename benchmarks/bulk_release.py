@@ -1,7 +1,7 @@
 """What the release costs a bulk export: `deid-adapter bulk` with every patient's identifiers looked for in every
 record (as it runs) against the same run with an empty release (as before), side by side on one generated export.
 
-Run: .venv/bin/python benchmarks/bulk_release.py [--mb 20] [--workers 2] [--rounds 2]
+Run: .venv/bin/python benchmarks/bulk_release.py [--mb 20] [--workers 2] [--rounds 2] [--stack patterns]
 The export: benchmarks/make_export.py's copies of the shared sample (a suffix on every patient's name parts,
 so each copy's patients are new people). Each round runs both, in turns; reported: the median wall and CPU
 seconds and the peak memory of the process tree (benchmarks/bulk_scale.py's sampling), and the ratios.
@@ -32,6 +32,7 @@ def main() -> None:
     parser.add_argument("--mb", type=float, default=20, help="export size to generate (MB, at least)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--stack", default="patterns", help="the text stack (no-llm: the default)")
     args = parser.parse_args()
     print(f"start: {load()}", flush=True)
     with tempfile.TemporaryDirectory(prefix="bulk-release-") as tmp:
@@ -43,7 +44,7 @@ def main() -> None:
         size = make_export(export, max(1, math.ceil(args.mb / SAMPLE_MB)))
         patients = sum(1 for p in export.glob("Patient.*.ndjson") for line in p.open("rb") if line.strip())
         bulk = ["bulk", str(export), None, "--key-file", str(key), "--today", "2026-01-15", "--validate", "sample",
-                "--stack", "patterns", "--workers", str(args.workers)]
+                "--stack", args.stack, "--workers", str(args.workers)]
         runs = {"with release": [sys.executable, "-m", "adapter.cli"], "without": [sys.executable, "-c", WITHOUT]}
         measured: dict[str, list[tuple[float, float, int]]] = {name: [] for name in runs}
         for _ in range(args.rounds):
@@ -51,7 +52,8 @@ def main() -> None:
                 out = work / "out"
                 measured[name].append(timed_run(command + [str(out) if a is None else a for a in bulk]))
                 shutil.rmtree(out)
-    print(f"{size / 1e6:.1f} MB, {patients:,} patients, {args.workers} workers, median of {args.rounds} rounds")
+    print(f"{size / 1e6:.1f} MB, {patients:,} patients, stack {args.stack}, {args.workers} workers, "
+          f"median of {args.rounds} rounds")
     print("| run | wall s | CPU s | peak memory MB |")
     print("|---|---|---|---|")
     median = {name: [statistics.median(m[i] for m in ms) for i in range(3)] for name, ms in measured.items()}
