@@ -119,6 +119,7 @@ STACK_FILTERS.update({name: ("clinical-values", "validation", "name-parts")
 STACK_FILTERS["balanced"] = ("clinical-values", "second-opinion", "validation", "name-parts")  # the veto sees spans untrimmed
 DEFAULT_STACK = "no-llm"  # ../shared/DESIGN.md: the default when no LLM is configured
 DETECTOR_TIMEOUT_S = 300.0
+IN_THREAD_CHARS = 2_000  # a record this short runs its text-bound detectors in the calling thread
 
 
 class StackUnavailable(ValueError):
@@ -169,9 +170,13 @@ class TextStack:
                        timings: dict[str, float] | None) -> list[list[list[Span]]]:
         """Each detector's spans per text, in detector order, under the record's deadline."""
         # Detectors that bound their own time run in this thread while the pool runs the others: handing a
-        # short text to a thread and back costs more than the regular expressions themselves. Pooled ones
-        # get the deadline in their context, and stop at it.
-        pooled = [d for d in self.detectors if not getattr(d, "bounds_own_time", False)]
+        # short text to a thread and back costs more than the regular expressions themselves. So do
+        # text-bound ones (CPU work in proportion to the text, no waiting on a server) on a short record:
+        # they finish within moments of the deadline, which `_result` then enforces. Pooled ones get the
+        # deadline in their context, and stop at it.
+        short = sum(map(len, unique)) <= IN_THREAD_CHARS
+        pooled = [d for d in self.detectors if not (getattr(d, "bounds_own_time", False)
+                                                    or (short and getattr(d, "text_bound", False)))]
         futures = {d.name: self._executor().submit(contextvars.copy_context().run, _run, d, unique, known)
                    for d in pooled}
         results = {}

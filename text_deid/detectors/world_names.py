@@ -52,6 +52,7 @@ class WorldNameDetector:
 
     name = "world-names"
     version = "1"
+    text_bound = True  # CPU work in proportion to the text: in the calling thread on a short record
 
     def __init__(self) -> None:
         world_names()
