@@ -75,3 +75,17 @@ def test_fhir_on_bulk_files_masks_another_patients_name(tmp_path, test_key_file)
     assert result.exit_code == 0, result.output
     note = note_text(ndjson(tmp_path / "out" / "DocumentReference.000.ndjson")[0])
     assert "neighbour" in note and not [name for name in names if name in note]
+
+
+def test_fhir_on_one_ndjson_file_is_one_release(tmp_path, test_key_file):
+    """A Patient and a note naming them on other lines of one NDJSON file: before, each line its own record."""
+    patient = ndjson(SAMPLE / "Patient.000.ndjson")[0]
+    note = next(n for n in ndjson(SAMPLE / "DocumentReference.000.ndjson")
+                if n["subject"]["reference"] == f"Patient/{patient['id']}")
+    src = tmp_path / "export.ndjson"
+    src.write_text(json.dumps(note) + "\n" + json.dumps(patient) + "\n")
+    names = names_of(patient)
+    assert any(name in note_text(note) for name in names)
+    result = _fhir(src, tmp_path / "out.ndjson", test_key_file)
+    assert result.exit_code == 0, result.output
+    assert not [name for name in names if name in note_text(ndjson(tmp_path / "out.ndjson")[0])]
