@@ -24,6 +24,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
+from typing import Any
+
+import ahocorasick
 
 from text_deid.clinical.terms import is_clinical_term, marks_person_or_place
 from text_deid.detectors.gazetteer import SOURCE_AFTER_RE, SOURCE_CUE_RE
@@ -36,7 +39,6 @@ POSSESSIVE_RE = re.compile(r"(?:['’]s|s['’]|['’])$")
 FACILITY_RE = re.compile(r"\b(?:Hospital|Hosp|Clinic|Medical|Med|Center|Centre|Health|Healthcare|Infirmary|"
                          r"Memorial|General|Institute|VA)\b", re.IGNORECASE)
 WORD_RE = re.compile(r"[^\W_]")  # a letter or digit of any script: ИВАНОВ is a name too
-WORD_START_RE = re.compile(r"\b\w")
 
 
 @dataclass(frozen=True)
@@ -45,9 +47,7 @@ class Lookalikes:
     before_head: frozenset[str]  # eponyms that are medical only before a head word
     heads: frozenset[str]
     phrases: re.Pattern
-    # where a phrase can start: its first two letters, lowercase, or its first letter where the second is not an
-    # ASCII letter or digit; None: wherever a word starts (a phrase not starting with an ASCII letter)
-    starts: tuple[frozenset[str], frozenset[str]] | None
+    starts: Any  # an Aho-Corasick automaton of how each phrase can begin (its first word, case-folded)
 
 
 def _data_path(name: str) -> Path:
@@ -80,41 +80,30 @@ def lookalikes() -> Lookalikes:
     phrases = re.compile(
         rf"\b(?:{phrase_alt}|(?:{eponym_alt})(?:['’]s|s['’]|['’])?(?:[\s-]+(?:{eponym_alt})(?:['’]s)?)*"
         rf"(?:\s+[a-z]+)?\s+(?:{head_alt}))\b", re.IGNORECASE)
-    return Lookalikes(alone, before_head, heads, phrases, _starts([*before_head, *sections.get("phrases", [])]))
-
-
-def _starts(literals: list[str]) -> tuple[frozenset[str], frozenset[str]] | None:
-    two, one = set(), set()
-    for lit in literals:
-        if not (lit[:1].isascii() and lit[:1].isalpha()):
-            return None
-        if len(lit) > 1 and lit[1].isascii() and lit[1].isalnum():
-            two.add(lit[:2].lower())
-        else:
-            one.add(lit[0].lower())
-    return frozenset(two), frozenset(one)
+    starts = ahocorasick.Automaton()
+    for word in before_head | {p.split()[0].lower() for p in sections.get("phrases", []) if p.split()}:
+        needle = re.split(r"['’-]", word.casefold(), maxsplit=1)[0]  # the part every spelling starts with
+        if needle:
+            starts.add_word(needle, needle)
+    starts.make_automaton()
+    return Lookalikes(alone, before_head, heads, phrases, starts)
 
 
 def lookalike_regions(text: str) -> list[tuple[int, int]]:
-    """(start, end) of each clinical phrase in the text: `lookalikes().phrases.finditer`, trying the pattern only
-    where a word starts with a phrase's first letters (a non-ASCII letter may fold to an ASCII one: tried too)."""
-    lex = lookalikes()
-    if lex.starts is None:
-        return [(m.start(), m.end()) for m in lex.phrases.finditer(text)]
-    two, one = lex.starts
-    regions: list[tuple[int, int]] = []
-    end = 0
-    for w in WORD_START_RE.finditer(text):
-        p = w.start()
-        if p < end:
+    """Where the clinical phrases of the whitelist lie: `phrases.finditer`, tried only where a phrase can
+    start (the alternation of some 700 words is slow to try at every position of every text)."""
+    found = lookalikes()
+    folded = text.casefold()
+    if len(folded) != len(text):  # a letter that folds to two ("ß"): offsets would not line up, try them all
+        return [(m.start(), m.end()) for m in found.phrases.finditer(text)]
+    regions, reached = [], 0
+    for start in sorted({end - len(needle) + 1 for end, needle in found.starts.iter(folded)}):
+        if start < reached:
             continue
-        head = text[p:p + 2]
-        if head.isascii() and head.lower() not in two and head[0].lower() not in one:
-            continue
-        m = lex.phrases.match(text, p)
+        m = found.phrases.match(text, start)
         if m:
-            regions.append((p, m.end()))
-            end = m.end()
+            regions.append((m.start(), m.end()))
+            reached = m.end()
     return regions
 
 

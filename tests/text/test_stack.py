@@ -7,7 +7,7 @@ import time
 import pytest
 
 from text_deid.spans import DetectorError, Span
-from text_deid.stack import TEXT_BOUND_CHARS, TextStack
+from text_deid.stack import TextStack
 
 release = threading.Event()
 
@@ -90,21 +90,3 @@ def test_an_in_thread_detector_error_fails_the_record_without_quoting_the_text()
     with pytest.raises(DetectorError) as info:
         TextStack("t", [Fine(), BrokenInThread()]).detect("Anna was here", ())
     assert str(info.value) == "broken: RuntimeError"
-
-
-class SlowTextBound(SlowInThread):
-    """Text-bound (pure computation over the text), but answers after the stack's limit."""
-    name = "slow-text"
-    bounds_own_time = False
-    text_bound = True
-
-
-def test_text_bound_detectors_run_in_the_calling_thread_on_a_short_record_and_a_late_answer_is_refused():
-    slow = SlowTextBound()
-    with pytest.raises(DetectorError, match="slow-text: timed out"):
-        TextStack("t", [Fine(), slow], timeout_s=0.1).detect("Anna was here", ())
-    assert slow.threads == [threading.get_ident()]
-    long_text = "Anna was here. " * (TEXT_BOUND_CHARS // 10)
-    with pytest.raises(DetectorError, match="slow-text: timed out"):
-        TextStack("t", [Fine(), slow], timeout_s=0.1).detect(long_text, ())
-    assert len(slow.threads) == 2 and slow.threads[1] != threading.get_ident()  # a long record: in the pool

@@ -40,10 +40,6 @@ FACILITY_HEADS = (
     ("infirmary",), ("hospice",), ("center",), ("centre",), ("medical",), ("med",), ("health",),
     ("memorial",), ("general",), ("va",), ("vamc",), ("er",), ("institute",), ("sanitarium",),
 )
-HEADS_BY_FIRST: dict[str, list[tuple[str, ...]]] = {}  # first word → its heads, in the order above
-for _head in FACILITY_HEADS:
-    HEADS_BY_FIRST.setdefault(_head[0], []).append(_head)
-CONNECTORS = {"and", "of", "the", "&"}  # lowercase words inside a place or facility name
 STRONG_HEADS = {"hospital", "hospitals", "hosp", "clinic", "clinics", "infirmary", "healthcenter", "hospice",
                 "sanitarium", "vamc"}
 # lowercase words that turn a place into a facility ("our Dallas clinic")
@@ -57,6 +53,7 @@ SOURCE_CUE_RE = re.compile(
 SOURCE_AFTER_RE = re.compile(r"^['’]?s?\s+(?:guidelines?|recommendations?|protocols?|criteria|study|trial)\b",
                              re.IGNORECASE)
 
+LINK_WORDS = frozenset({"and", "of", "the", "&"})  # lower-case words inside a place's or facility's name
 TOKEN_RE = re.compile(r"[A-Za-z]+(?:['’][A-Za-z]+)*|\d+(?:st|nd|rd|th)?|&")
 POSSESSIVE_RE = re.compile(r"['’]s?$")
 WARD_RE = re.compile(
@@ -68,13 +65,12 @@ STREET_RE = re.compile(
     r"|(?<![\w-])\d+(?:st|nd|rd|th)\s+(?i:avenue|street|ave|st)\b")
 COMMA_STATE_RE = re.compile(r"^,?\s+([A-Z]{2}|[A-Z][a-z]+(?:\s[A-Z][a-z]+)?)\b")
 IN_CITY_RE = re.compile(r"^\s+in\s+")
-JOIN_GAP_RE = re.compile(r"\.?[ \t]*-?[ \t]*")
 
 
 class Token:
-    """A word of the text; its lookups are computed once, as the matchers read each token many times."""
+    """A word with its offsets; its lookup key and case are worked out once (the detector asks for them often)."""
 
-    __slots__ = ("start", "end", "text", "dot", "key", "capitalized", "upper", "initial", "joined")
+    __slots__ = ("start", "end", "text", "dot", "key", "capitalized", "upper", "initial")
 
     def __init__(self, start: int, end: int, text: str, dot: bool) -> None:
         self.start, self.end, self.text = start, end, text  # end: without a trailing period
@@ -84,7 +80,6 @@ class Token:
         self.capitalized = text[0].isupper()
         self.upper = text.isupper() and len(text) > 1
         self.initial = len(text) == 1 and text.isupper()
-        self.joined = False  # joined to the next token (see _joined)
 
 
 @dataclass(frozen=True)
@@ -151,28 +146,27 @@ def lexicon() -> Lexicon:
 
 def tokenize(text: str) -> list[Token]:
     """Word tokens with their offsets; a period right after a word is recorded, not included."""
-    tokens: list[Token] = []
+    tokens = []
     for m in TOKEN_RE.finditer(text):
         if not len(tokens) % BUDGET_EVERY:
             budget.check(DETECTOR)
-        t = Token(m.start(), m.end(), m.group(), text[m.end():m.end() + 1] == ".")
-        if tokens:
-            tokens[-1].joined = _joined(text, tokens[-1], t)
-        tokens.append(t)
+        tokens.append(Token(m.start(), m.end(), m.group(), text[m.end():m.end() + 1] == "."))
     return tokens
+
+
+_GAP_RE = re.compile(r"\.?[ \t]*-?[ \t]*")
 
 
 def _joined(text: str, a: Token, b: Token) -> bool:
     """True when only spaces (or a hyphen, or the period of an abbreviation) separate two tokens."""
-    gap = text[a.end:b.start]
-    return len(gap) <= 3 and JOIN_GAP_RE.fullmatch(gap) is not None
+    return b.start - a.end <= 3 and _GAP_RE.fullmatch(text, a.end, b.start) is not None
 
 
 class GazetteerDetector:
     """Names (NAME) and places, hospitals and wards (GEOGRAPHIC_LOCATION) from lists plus context."""
 
     name = DETECTOR
-    text_bound = True  # pure computation over the text: in the calling thread on a short record
+    text_bound = True  # CPU work in proportion to the text: in the calling thread on a short record
 
     def __init__(self) -> None:
         self.lex = lexicon()
@@ -196,7 +190,7 @@ class GazetteerDetector:
         for i, t in enumerate(tokens):
             if not i % BUDGET_EVERY:
                 budget.check(DETECTOR)
-            nxt = tokens[i + 1] if i + 1 < n and t.joined else None
+            nxt = tokens[i + 1] if i + 1 < n and _joined(text, t, tokens[i + 1]) else None
             # title + name: "Dr. Smith", "Dr. Alan S.", "Mr. D. Jones", "Dr. A."
             if (t.key in TITLES and t.capitalized and (t.dot or t.key in {"doctor", "nurse", "sister", "professor", "miss"})
                     and nxt):
@@ -221,7 +215,7 @@ class GazetteerDetector:
             if is_first and nxt:
                 if nxt.initial and nxt.dot:
                     end = i + 1
-                    if i + 2 < n and nxt.joined and self._surname(tokens[i + 2]):
+                    if i + 2 < n and _joined(text, nxt, tokens[i + 2]) and self._surname(tokens[i + 2]):
                         end = i + 2
                     out.append(Span(t.start, _end(tokens[end]), NAME, DETECTOR, 0.9))
                     continue
@@ -253,7 +247,7 @@ class GazetteerDetector:
         """Index of the last token of the name that starts at tokens[j] (up to three words), or j - 1."""
         last = j - 1
         for k in range(j, min(j + 3, len(tokens))):
-            if k > j and not tokens[k - 1].joined:
+            if k > j and not _joined(text, tokens[k - 1], tokens[k]):
                 break
             tk = tokens[k]
             if not tk.capitalized or (tk.key in self.lex.stop_words and not tk.initial and k > j):
@@ -297,15 +291,14 @@ class GazetteerDetector:
 
     def _phrase_at(self, text: str, tokens: list[Token], i: int, table, longest: int) -> int:
         """Last index of the longest phrase from `table` starting at tokens[i], or i - 1."""
-        # a phrase runs over joined tokens, each capitalized or a connecting word
-        run_end = i - 1
-        for k in range(i, min(len(tokens), i + longest)):
-            if not (tokens[k].capitalized or tokens[k].key in CONNECTORS):
+        # the run of joined, capitalized (or linking) tokens from i bounds the phrase; look up its prefixes
+        last = i - 1
+        for m in range(i, min(len(tokens), i + longest)):
+            joined = m == i or _joined(text, tokens[m - 1], tokens[m])
+            if not (joined and (tokens[m].capitalized or tokens[m].key in LINK_WORDS)):
                 break
-            run_end = k
-            if not tokens[k].joined:
-                break
-        for k in range(run_end, i - 1, -1):
+            last = m
+        for k in range(last, i - 1, -1):
             if tuple(x.key for x in tokens[i:k + 1]) in table:
                 return k
         return i - 1
@@ -321,7 +314,7 @@ class GazetteerDetector:
             return self._heads_after(text, tokens, k), 0.9
         # "St. Mary's", "Mount Sinai", "Saint Luke"
         if t.key in {"saint", "mount"} and (t.dot or t.text in {"Saint", "Mount"}) and i + 1 < n \
-                and t.joined and tokens[i + 1].capitalized:
+                and _joined(text, t, tokens[i + 1]) and tokens[i + 1].capitalized:
             nxt = tokens[i + 1]
             end = self._heads_after(text, tokens, i + 1)
             if end > i + 1 or nxt.text.endswith(("'s", "’s")) or t.key == "mount":
@@ -331,7 +324,7 @@ class GazetteerDetector:
         k, words = i, 0
         while k < n and words < 4:
             tk = tokens[k]
-            if k > i and not tokens[k - 1].joined:
+            if k > i and not _joined(text, tokens[k - 1], tk):
                 break
             if not (tk.capitalized or tk.key in {"and", "&", "of"} or re.fullmatch(r"\d+(?:st|nd|rd|th)", tk.text)):
                 break
@@ -349,15 +342,14 @@ class GazetteerDetector:
         return None
 
     def _head_len(self, tokens: list[Token], k: int) -> int:
-        if k < len(tokens):
-            for head in HEADS_BY_FIRST.get(tokens[k].key, ()):
-                if tuple(x.key for x in tokens[k:k + len(head)]) == head:
-                    return len(head)
+        for head in FACILITY_HEADS:
+            if tuple(x.key for x in tokens[k:k + len(head)]) == head:
+                return len(head)
         return 0
 
     def _heads_after(self, text: str, tokens: list[Token], k: int) -> int:
         """Extend past facility words after tokens[k]: "Johns Hopkins" + " University Hospital"."""
-        while k + 1 < len(tokens) and tokens[k].joined:
+        while k + 1 < len(tokens) and _joined(text, tokens[k], tokens[k + 1]):
             nxt = tokens[k + 1]
             if nxt.capitalized and (self._head_len(tokens, k + 1)
                                     or nxt.key in {"university", "children", "presbyterian", "methodist", "langone", "health"}):
@@ -371,7 +363,7 @@ class GazetteerDetector:
     def _extend(self, text: str, tokens: list[Token], i: int, k: int, conf: float) -> Span:
         """Span tokens[i..k], taking in a lowercase facility word, ", ST", and "in City" after a facility."""
         start, end = tokens[i].start, _end(tokens[k])
-        while k + 1 < len(tokens) and tokens[k].joined and not tokens[k + 1].capitalized \
+        while k + 1 < len(tokens) and _joined(text, tokens[k], tokens[k + 1]) and not tokens[k + 1].capitalized \
                 and tokens[k + 1].key in PLACE_FOLLOWERS | {"downtown"}:
             k += 1
             end = tokens[k].end
