@@ -1,5 +1,6 @@
-"""Strict JSON for every input edge (CLI files, NDJSON lines, HTTP bodies, bulk lines): a duplicate key or
-nesting deeper than MAX_DEPTH is bad input, never "last one wins" or a RecursionError further on.
+"""Strict JSON for every input edge (CLI files, NDJSON lines, HTTP bodies, bulk lines, text JSONL): a duplicate
+key, nesting deeper than MAX_DEPTH, or NaN/Infinity (including a number that overflows to it, 1e400) is bad
+input, never "last one wins", a RecursionError or a non-JSON number further on.
 
 Errors name a place (line and column, or a key path such as `entry[3].resource.name[0]`), never a value.
 """
@@ -25,6 +26,28 @@ class JsonInputError(InputError):
 
 class _DuplicateKey(Exception):
     pass
+
+
+class _NotFinite(ValueError):
+    pass
+
+
+_NOT_FINITE = "invalid JSON: NaN or Infinity is not a JSON number"
+
+
+def _refuse_constant(_name: str):
+    raise _NotFinite
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (_INF, -_INF):  # 1e400 and the like: json reads them as inf
+        raise _NotFinite
+    return value
+
+
+_INF = float("inf")
+_STRICT_NUMBERS = {"parse_constant": _refuse_constant, "parse_float": _finite_float}
 
 
 def _unique_pairs(pairs: list) -> dict:
@@ -54,16 +77,21 @@ _CONTAINERS = frozenset({dict, list, _Duplicated})
 
 
 def loads(text: str | bytes) -> object:
-    """json.loads that refuses duplicate keys and nesting deeper than MAX_DEPTH (JsonInputError)."""
+    """json.loads that refuses duplicate keys, nesting deeper than MAX_DEPTH and NaN/Infinity (JsonInputError)."""
     doc = _quick(text)
     if doc is not _UNSURE:
         if not _within_depth(doc):
             raise JsonInputError(f"JSON nested deeper than {MAX_DEPTH} levels")
         return doc
     try:
-        doc = json.loads(text, object_pairs_hook=_unique_pairs)
+        doc = json.loads(text, object_pairs_hook=_unique_pairs, **_STRICT_NUMBERS)
+    except _NotFinite:
+        raise JsonInputError(_NOT_FINITE) from None
     except _DuplicateKey:
-        doc = _too_deep_or_duplicate(json.loads(text, object_pairs_hook=_mark_duplicates))
+        try:
+            doc = _too_deep_or_duplicate(json.loads(text, object_pairs_hook=_mark_duplicates, **_STRICT_NUMBERS))
+        except _NotFinite:
+            raise JsonInputError(_NOT_FINITE) from None
     except json.JSONDecodeError as e:
         raise JsonInputError(f"invalid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
     except RecursionError:  # json's own C parser gives up near Python's recursion limit
@@ -108,7 +136,7 @@ def split_bundle(text: str) -> tuple[dict, list[str], list[int]] | None:
     in order, the keys that come before `entry`, and where each entry starts in `text`). Each entry is parsed
     once here, strictly (as `loads` would), and dropped. None for anything else, or anything `loads` refuses:
     the caller parses the whole text and gets its answer."""
-    strict = json.JSONDecoder(object_pairs_hook=_unique_pairs)
+    strict = json.JSONDecoder(object_pairs_hook=_unique_pairs, **_STRICT_NUMBERS)
     try:
         i = _WS.match(text).end()
         if text[i:i + 1] != "{":
@@ -154,7 +182,7 @@ def split_bundle(text: str) -> tuple[dict, list[str], list[int]] | None:
         if text[i + 1:].strip(" \t\n\r") or before is None:
             return None
         header = _unique_pairs(pairs + [("entry", None)])
-    except (ValueError, _DuplicateKey, RecursionError):
+    except (ValueError, _DuplicateKey, RecursionError):  # _NotFinite included
         return None
     del header["entry"]
     return header, before, starts

@@ -484,6 +484,21 @@ def format_table(result: Mapping[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
+class _NotFinite(Exception):
+    pass
+
+
+def _not_a_json_number(_name: str):
+    raise _NotFinite
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value != value or value in (float("inf"), float("-inf")):  # 1e400 reads as inf
+        raise _NotFinite
+    return value
+
+
 def load_jsonl(path: str | os.PathLike) -> list[dict]:
     """Read a JSONL file of objects; blank lines are skipped.
 
@@ -502,7 +517,9 @@ def load_jsonl(path: str | os.PathLike) -> list[dict]:
             if not line.strip():
                 continue
             try:
-                obj = json.loads(line)
+                obj = json.loads(line, parse_constant=_not_a_json_number, parse_float=_finite_float)
+            except _NotFinite:
+                raise ValueError(f"{os.fspath(path)}: line {lineno}: invalid JSON (NaN or Infinity)") from None
             except json.JSONDecodeError as exc:
                 raise ValueError(
                     f"{os.fspath(path)}: line {lineno}: invalid JSON "

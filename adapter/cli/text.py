@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 
 from adapter import files as fhir_files
+from adapter import json_input
 from adapter.cli.common import (
     EXIT_REFUSED,
     KeyFile,
@@ -41,9 +42,9 @@ def _read_jsonl(path: Optional[Path]) -> list[dict]:
         if not line.strip():
             continue
         try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            fail(f"{path or 'stdin'}: line {n}: invalid JSON: {e.msg}")
+            rec = json_input.loads(line)
+        except json_input.JsonInputError as e:
+            fail(f"{path or 'stdin'}: line {n}: {e}")
         if not isinstance(rec, dict) or not isinstance(rec.get("id"), str) or not isinstance(rec.get("text"), str):
             fail(f"{path or 'stdin'}: line {n}: each line needs a string id and a string text")
         records.append(rec)

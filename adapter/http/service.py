@@ -224,7 +224,7 @@ def create_app(config: ServiceConfig) -> FastAPI:
 
     def respond(status: int, payload, media: str = FHIR_JSON, retry_after: int | None = None) -> Response:
         if isinstance(payload, (dict, list)):
-            content = json.dumps(payload, ensure_ascii=False).encode()
+            content = json.dumps(payload, ensure_ascii=False, allow_nan=False).encode()
         else:
             content = payload.encode() if isinstance(payload, str) else payload
         headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
@@ -332,7 +332,7 @@ def create_app(config: ServiceConfig) -> FastAPI:
                 out = {"resourceType": "Parameters", "parameter": [{"name": "return", "resource": out}]}
                 if deid.profile.safe_harbor_gaps:
                     out["parameter"].append({"name": "outcome", "resource": not_safe_harbor(deid.profile)})
-            return result, json.dumps(out, ensure_ascii=False).encode()
+            return result, json.dumps(out, ensure_ascii=False, allow_nan=False).encode()
 
         result, output = await audited(request, deid, "fhir", raw, work)
         for name, seconds in result.detector_seconds.items():

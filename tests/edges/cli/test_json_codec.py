@@ -92,11 +92,17 @@ def test_a_duplicate_in_random_documents_is_refused():
             json_input.loads(twice)
 
 
-@pytest.mark.parametrize("text", ['{"a": NaN}', '[Infinity, -Infinity]', '"\\ud800"', b'\xef\xbb\xbf{}',
-                                  '{"v": 1e400}'])
+@pytest.mark.parametrize("text", ['"\\ud800"', b'\xef\xbb\xbf{}'])
 def test_what_msgspec_refuses_is_read_as_the_stdlib_reads_it(text):
     assert json_input._quick(text) is json_input._UNSURE
     assert repr(json_input.loads(text)) == repr(stdlib_loads(text))
+
+
+@pytest.mark.parametrize("text", ['{"a": NaN}', '[Infinity, -Infinity]', '{"v": 1e400}'])
+def test_what_msgspec_refuses_as_not_finite_is_refused(text):
+    assert json_input._quick(text) is json_input._UNSURE
+    with pytest.raises(json_input.JsonInputError, match="NaN or Infinity"):
+        json_input.loads(text)
 
 
 def test_plain_fhir_takes_the_quick_parse():
@@ -109,7 +115,7 @@ def test_the_writer_gives_the_stdlib_bytes():
     rng = random.Random(5)
     docs = [random_doc(rng) for _ in range(3000)]
     docs += [{"v": random_float(rng)} for _ in range(3000)]
-    docs += [{"a": math.nan}, [math.inf, -math.inf], {"s": "null"}, {"s": "x:1e5,"}, [1e16, 1e-7], {"a": None}]
+    docs += [{"s": "null"}, {"s": "x:1e5,"}, [1e16, 1e-7], {"a": None}]
     for doc in docs:
         assert files.compact(doc) == json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()
         if isinstance(doc, dict):

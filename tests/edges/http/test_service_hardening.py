@@ -58,6 +58,13 @@ def test_a_duplicate_key_is_400_naming_the_path_not_the_values(service):
     assert diagnostics == "duplicate JSON key at name[0].family"
 
 
+@pytest.mark.parametrize("number", ["NaN", "-Infinity", "1e400"])
+def test_nan_or_infinity_is_400_not_a_bare_nan_written(service, number):
+    resp = post(service, '{"resourceType": "Observation", "status": "final", "code": {"text": "x"}, '
+                         '"valueQuantity": {"value": %s}}' % number)
+    assert outcome_of(resp, 400) == "invalid JSON: NaN or Infinity is not a JSON number"
+
+
 @pytest.mark.parametrize("levels", [150, 5000])  # 300 JSON levels failed in the engine, 10,000 in json itself
 def test_deep_json_is_400_not_500(service, levels):
     ext = '{"url": "http://example.org/x", "valueString": "v"}'
