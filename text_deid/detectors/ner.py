@@ -350,6 +350,9 @@ class NerDetector:
             if not np.isfinite(probs).all():
                 raise DetectorError("ner: model output is not finite")
             for row, (t, a, b) in enumerate(batch):
+                if a == 0 and b == len(encoded[t]):  # the text's only window: every token takes it
+                    out[t][:] = probs[row, 1:1 + b]
+                    continue
                 k = np.arange(a, b)
                 margin = np.minimum(k - a, b - 1 - k)  # distance to the window's nearer edge
                 better = margin > best[t][a:b]

@@ -85,6 +85,7 @@ def drug_words() -> frozenset[str]:
     return frozenset(name for name in drug_names() if ONE_WORD.fullmatch(name))
 
 
+@lru_cache(maxsize=4096)  # words repeat across a record's texts; what is kept lives only in this process
 def is_known_word(word: str) -> bool:
     """An English, clinical or drug word, or an abbreviation: never a candidate on its own."""
     low = word.lower()
