@@ -21,6 +21,7 @@ from text_deid.detectors.llm import LlmDetector, LlmSettings, LlmUnavailable
 from text_deid.detectors.ner import NerDetector, NerSettings, NerUnavailable
 from text_deid.detectors.patterns import PatternDetector
 from text_deid.detectors.unknown_words import UnknownWordDetector
+from text_deid.detectors.world_names import WorldNameDetector
 from text_deid.second_opinion import SecondOpinion
 from text_deid.spans import DetectorError, KnownIdentifier, Span
 from text_deid.validation import validate
@@ -88,7 +89,8 @@ def _second_opinion(settings: LlmSettings) -> SpanFilter:
 DETECTORS: dict[str, Callable[..., Detector]] = {"known": _known, "patterns": _patterns, "gazetteer": _gazetteer,
                                                  "ner": _ner, "llm": _llm, "addresses": _addresses,
                                                  "unknown-words": _unknown_words(False),
-                                                 "unknown-words-in-context": _unknown_words(True)}
+                                                 "unknown-words-in-context": _unknown_words(True),
+                                                 "world-names": WorldNameDetector}
 
 # Filter name → factory of a span filter, applied in order before the union merge.
 FILTERS: dict[str, Callable[..., SpanFilter]] = {"clinical-values": _clinical_values, "validation": _validation,
@@ -102,20 +104,22 @@ SETTINGS_OF = {"llm": "llm", "second-opinion": "llm", "ner": "ner"}
 STACKS: dict[str, tuple[str, ...]] = {
     "patterns": ("known", "patterns"),
     "ner-only": ("known", "patterns", "ner"),  # for measurement: what the NER adds to patterns
-    "no-llm": ("known", "patterns", "addresses", "gazetteer", "ner", "unknown-words-in-context"),
+    "no-llm": ("known", "patterns", "addresses", "gazetteer", "ner", "unknown-words-in-context", "world-names"),
     "precision-first": ("known", "patterns", "addresses", "llm"),
     "recall-first": ("known", "patterns", "addresses", "ner", "llm", "unknown-words"),
     "balanced": ("known", "patterns", "addresses", "ner", "llm", "unknown-words"),  # + the second opinion
     "gazetteer": ("known", "patterns", "gazetteer"),  # the no-llm stack without NER, for ablations
+    "no-world-names": ("known", "patterns", "addresses", "gazetteer", "ner", "unknown-words-in-context"),  # ablation
 }
 # Stack name → filters run on its spans before the merge, in order. Every stack drops clinical values first and
 # joins name parts last.
 STACK_FILTERS: dict[str, tuple[str, ...]] = {name: ("clinical-values", "name-parts") for name in STACKS}
 STACK_FILTERS.update({name: ("clinical-values", "validation", "name-parts")
-                      for name in ("no-llm", "recall-first", "gazetteer", "ner-only")})
+                      for name in ("no-llm", "recall-first", "gazetteer", "ner-only", "no-world-names")})
 STACK_FILTERS["balanced"] = ("clinical-values", "second-opinion", "validation", "name-parts")  # the veto sees spans untrimmed
 DEFAULT_STACK = "no-llm"  # ../shared/DESIGN.md: the default when no LLM is configured
 DETECTOR_TIMEOUT_S = 300.0
+IN_THREAD_CHARS = 2_000  # a record this short runs its text-bound detectors in the calling thread
 
 
 class StackUnavailable(ValueError):
@@ -166,9 +170,13 @@ class TextStack:
                        timings: dict[str, float] | None) -> list[list[list[Span]]]:
         """Each detector's spans per text, in detector order, under the record's deadline."""
         # Detectors that bound their own time run in this thread while the pool runs the others: handing a
-        # short text to a thread and back costs more than the regular expressions themselves. Pooled ones
-        # get the deadline in their context, and stop at it.
-        pooled = [d for d in self.detectors if not getattr(d, "bounds_own_time", False)]
+        # short text to a thread and back costs more than the regular expressions themselves. So do
+        # text-bound ones (CPU work in proportion to the text, no waiting on a server) on a short record:
+        # they finish within moments of the deadline, which `_result` then enforces. Pooled ones get the
+        # deadline in their context, and stop at it.
+        short = sum(map(len, unique)) <= IN_THREAD_CHARS
+        pooled = [d for d in self.detectors if not (getattr(d, "bounds_own_time", False)
+                                                    or (short and getattr(d, "text_bound", False)))]
         futures = {d.name: self._executor().submit(contextvars.copy_context().run, _run, d, unique, known)
                    for d in pooled}
         results = {}

@@ -24,6 +24,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
+from typing import Any
+
+import ahocorasick
 
 from text_deid.clinical.terms import is_clinical_term, marks_person_or_place
 from text_deid.detectors.gazetteer import SOURCE_AFTER_RE, SOURCE_CUE_RE
@@ -44,6 +47,7 @@ class Lookalikes:
     before_head: frozenset[str]  # eponyms that are medical only before a head word
     heads: frozenset[str]
     phrases: re.Pattern
+    starts: Any  # an Aho-Corasick automaton of how each phrase can begin (its first word, case-folded)
 
 
 def _data_path(name: str) -> Path:
@@ -76,7 +80,31 @@ def lookalikes() -> Lookalikes:
     phrases = re.compile(
         rf"\b(?:{phrase_alt}|(?:{eponym_alt})(?:['’]s|s['’]|['’])?(?:[\s-]+(?:{eponym_alt})(?:['’]s)?)*"
         rf"(?:\s+[a-z]+)?\s+(?:{head_alt}))\b", re.IGNORECASE)
-    return Lookalikes(alone, before_head, heads, phrases)
+    starts = ahocorasick.Automaton()
+    for word in before_head | {p.split()[0].lower() for p in sections.get("phrases", []) if p.split()}:
+        needle = re.split(r"['’-]", word.casefold(), maxsplit=1)[0]  # the part every spelling starts with
+        if needle:
+            starts.add_word(needle, needle)
+    starts.make_automaton()
+    return Lookalikes(alone, before_head, heads, phrases, starts)
+
+
+def lookalike_regions(text: str) -> list[tuple[int, int]]:
+    """Where the clinical phrases of the whitelist lie: `phrases.finditer`, tried only where a phrase can
+    start (the alternation of some 700 words is slow to try at every position of every text)."""
+    found = lookalikes()
+    folded = text.casefold()
+    if len(folded) != len(text):  # a letter that folds to two ("ß"): offsets would not line up, try them all
+        return [(m.start(), m.end()) for m in found.phrases.finditer(text)]
+    regions, reached = [], 0
+    for start in sorted({end - len(needle) + 1 for end, needle in found.starts.iter(folded)}):
+        if start < reached:
+            continue
+        m = found.phrases.match(text, start)
+        if m:
+            regions.append((m.start(), m.end()))
+            reached = m.end()
+    return regions
 
 
 def has_name_context(text: str, span: Span) -> bool:
@@ -141,7 +169,7 @@ def validate(spans: list[Span], text: str) -> list[Span]:
     others = [s for s in spans if s.detector not in PROTECTED]
     if not others:
         return list(spans)
-    regions = [(m.start(), m.end()) for m in lookalikes().phrases.finditer(text)]
+    regions = lookalike_regions(text)
     others = [s for s in others if not (is_lookalike(text, s, regions) or is_common_word(text, s)
                                         or is_source_of_guidance(text, s) or is_clinical_term(text, s))]
     others = _resolve(others, text)

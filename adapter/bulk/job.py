@@ -32,7 +32,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from adapter.audit import trail as audit
 from adapter import files as fhir_files
-from adapter import json_input
+from adapter import json_input, release
 from fhir_transforms import known as known_ids
 from fhir_transforms import safe_harbor_gaps
 from fhir_transforms.r4 import references
@@ -44,6 +44,7 @@ from fhir_transforms.r4 import versions
 from fhir_transforms.r4.record import Deidentifier
 from fhir_transforms.r4.walker import age_limit
 from fhir_transforms.rules import Profile
+from text_deid.detectors.release import ReleaseMatcher
 from text_deid.spans import KnownIdentifier
 from text_deid.stack import LlmSettings, TextStack
 from adapter.engines import profiles, text_stack
@@ -157,6 +158,12 @@ class PatientIndex:
     def count(self) -> int:
         return self._db.execute("SELECT COUNT(DISTINCT patient) FROM known").fetchone()[0]
 
+    def everyone(self) -> Iterator[KnownIdentifier]:
+        """The known identifiers of every patient indexed: the release's."""
+        for patient, sealed in self._db.execute("SELECT patient, sealed FROM known"):
+            plain = self._aead.decrypt(sealed[:12], sealed[12:], patient.encode())
+            yield from (KnownIdentifier(v, c) for v, c in json.loads(plain))
+
     def lookup(self, patient: str) -> tuple[KnownIdentifier, ...]:
         found: set[KnownIdentifier] = set()
         for (sealed,) in self._db.execute("SELECT sealed FROM known WHERE patient = ?", (patient,)):
@@ -265,11 +272,7 @@ def _index_person(line: bytes, rel: str, n: int, index: PatientIndex, engine: De
     engine.validate = _validates(validate, rel, n)
     if res["resourceType"] == "Patient" and (limit := age_limit(res.get("birthDate"), engine.clock())) is not None:
         index.add_age_limit(engine.pseudo.resource_id(patient), limit)
-    try:
-        known = engine.deidentify(res, f"{rel}: line {n}").known
-    except (InputError, RecordRefused):  # reported in pass 2; its structured identifiers still protect the notes
-        known = known_ids.collect([res])
-    index.add(engine.pseudo.resource_id(patient), known)
+    index.add(engine.pseudo.resource_id(patient), release.person_known(engine, res, f"{rel}: line {n}"))
 
 
 def _reference_id(reference) -> str | None:
@@ -330,6 +333,7 @@ class Worker:
     actor: str = "bulk"
 
     def __post_init__(self) -> None:
+        self.engine.release = ReleaseMatcher(self.index.everyone())  # every patient's identifiers, in every note
         # a patient's resources sit together in a file: most lookups are of the few patients seen last
         self.linked_known = lru_cache(maxsize=4096)(self._linked_known)
         self.linked_age_limit = lru_cache(maxsize=4096)(self._linked_age_limit)

@@ -26,6 +26,7 @@ from adapter.cli.common import (
     fail,
 )
 from adapter.engines import fhir_engine
+from adapter.release import gathered
 from fhir_transforms.r4 import stream
 from fhir_transforms.errors import InputError, RecordRefused
 from adapter import settings
@@ -77,9 +78,13 @@ def fhir(
                          vault_key_file, fhir_version.value, rules)
     root = output if output.is_dir() or not single else None  # a folder written into: no link may lead out of it
     account = auditing.open_session(engine, "fhir", audit, audit_key_file, actor, vault, vault_key_file)
+    # the NDJSON inputs are one release (a bulk export): every patient's identifiers are looked for in every line
+    ndjson = [path for path, _ in inputs if path.suffix == ".ndjson"]
+    release = gathered(ndjson, engine) if ndjson else None
     counts = {"written": 0, "bad_input": 0, "refused": 0, "skipped": 0, "resources": 0, "bundles": 0, "in_bundles": 0,
               "refused_lines": 0}
     for path, rel in inputs:
+        engine.release = None
         target = (output / rel.name if output.is_dir() else output) if single else output / rel
         try:
             if root is not None:
@@ -90,6 +95,7 @@ def fhir(
                 counts["in_bundles"] += entries
                 continue
             if path.suffix == ".ndjson":
+                engine.release = release
                 written, refused_lines = _ndjson(engine, path, rel, target, root, validate, account, keep_file_names)
                 counts["refused_lines"] += refused_lines
                 counts["written"] += written is not None

@@ -23,6 +23,7 @@ from fhir_transforms.r4.shapes import R4_ONLY
 from fhir_transforms.r4.uris import URI_TYPES, pseudonymize_uris
 from fhir_transforms.r4.walker import RecordContext, WrittenSlots, age_limit, path_text, stamp_all, walk_record
 from text_deid import leak_guard, replace
+from text_deid.detectors.release import ReleaseMatcher
 from text_deid.spans import DetectorError, KnownIdentifier, Span
 from text_deid.stack import TextStack, known_identifiers_only
 
@@ -66,6 +67,7 @@ class Deidentifier:
     validate: bool = True
     terms: TextStack = field(default_factory=known_identifiers_only)  # what kept coded text is searched with
     fhir_version: str = versions.DEFAULT  # r4, r5, or auto: each record's own markers (fhir_transforms/r4/versions.py)
+    release: ReleaseMatcher | None = None  # the known identifiers of every patient of a bulk release
 
     def deidentify(self, resource: dict, path: str = "", linked: Iterable[KnownIdentifier] = (), *,
                    consume: bool = False, linked_age_limits: Mapping[str, int] | None = None,
@@ -112,6 +114,8 @@ class Deidentifier:
             if id(res) in changed:
                 state.labels.add("REDACTED")
         # sorted by (value, category) as the dataclass orders them, without its generated __lt__
+        if self.release is not None:  # another patient's name in this record's text is still a name
+            ctx.known.update(self.release.known_in([t for p in ctx.pending for t in p.ref.texts] + list(ctx.terms)))
         known = tuple(sorted((k for k in ctx.known if len(k.value.strip()) >= 2), key=_known_order))
 
         findings, ntexts, timings = self.replace_texts(ctx, known, path)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import unicodedata
 
 from hypothesis import example, given, settings
@@ -107,6 +108,9 @@ def hl7_output(given_name: str, family: str, text: str, place: str) -> str | Non
         return None
 
 
+URL = re.compile(r"https?://[^\s\"]*")
+
+
 def survivors(given_name: str, family: str) -> list[tuple[str, str]]:
     """(spelling, place) of every combination in which a written part survived with success."""
     found = []
@@ -123,6 +127,8 @@ def survivors(given_name: str, family: str) -> list[tuple[str, str]]:
                 if spelling == "table cells" and place == "text.div":
                     text = f"<table><tr><td>{text}</td></tr></table>"
                 out = run(given_name, family, text, place)
+                if out is not None:
+                    out = URL.sub("", out)  # the output's own code-system URLs ("CodeSystem" holds "Syste")
                 if out is not None and any(p in out for p in (*parts, given_name, family)):
                     found.append((spelling, place))
     return found
@@ -142,6 +148,7 @@ PART = st.text(st.sampled_from(LETTERS), min_size=5, max_size=11).map(str.capita
 @example("Joanna", "Kowalczyk")
 @example("Łukasz", "Wałęsa")
 @example("Zoëlle", "Øyelund")
+@example("Aaaaa", "Syste")  # a part inside the output's own "CodeSystem" URLs is no survivor
 def test_a_known_name_in_any_spelling_in_any_place_is_masked_or_refused(given_name, family):
     assert survivors(given_name, family) == []
 

@@ -17,3 +17,5 @@ class Detector(Protocol):
     # texts together is cheaper than one by one; the stack uses it where present.
     # A detector whose every search carries its own time limit (and fails with DetectorError past it) sets
     # `bounds_own_time = True`: the stack then runs it in the calling thread instead of its pool.
+    # A detector whose work is CPU in proportion to the text (no server to wait on) sets `text_bound = True`:
+    # the stack runs it in the calling thread on a short record.

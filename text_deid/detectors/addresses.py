@@ -124,6 +124,7 @@ class AddressDetector:
     """Street addresses, units, PO boxes, corners and postcodes of many countries (GEOGRAPHIC_LOCATION)."""
 
     name = DETECTOR
+    text_bound = True  # CPU work in proportion to the text: in the calling thread on a short record
     version = "1"
 
     def __init__(self) -> None:

@@ -53,6 +53,7 @@ SOURCE_CUE_RE = re.compile(
 SOURCE_AFTER_RE = re.compile(r"^['’]?s?\s+(?:guidelines?|recommendations?|protocols?|criteria|study|trial)\b",
                              re.IGNORECASE)
 
+LINK_WORDS = frozenset({"and", "of", "the", "&"})  # lower-case words inside a place's or facility's name
 TOKEN_RE = re.compile(r"[A-Za-z]+(?:['’][A-Za-z]+)*|\d+(?:st|nd|rd|th)?|&")
 POSSESSIVE_RE = re.compile(r"['’]s?$")
 WARD_RE = re.compile(
@@ -66,29 +67,19 @@ COMMA_STATE_RE = re.compile(r"^,?\s+([A-Z]{2}|[A-Z][a-z]+(?:\s[A-Z][a-z]+)?)\b")
 IN_CITY_RE = re.compile(r"^\s+in\s+")
 
 
-@dataclass(frozen=True)
 class Token:
-    start: int
-    end: int  # without a trailing period
-    text: str
-    dot: bool  # followed directly by "."
+    """A word with its offsets; its lookup key and case are worked out once (the detector asks for them often)."""
 
-    @property
-    def key(self) -> str:
-        bare = POSSESSIVE_RE.sub("", self.text).lower() if "'" in self.text or "’" in self.text else self.text.lower()
-        return ABBREVIATIONS.get(bare, bare) if self.dot else bare
+    __slots__ = ("start", "end", "text", "dot", "key", "capitalized", "upper", "initial")
 
-    @property
-    def capitalized(self) -> bool:
-        return self.text[0].isupper()
-
-    @property
-    def upper(self) -> bool:
-        return self.text.isupper() and len(self.text) > 1
-
-    @property
-    def initial(self) -> bool:
-        return len(self.text) == 1 and self.text.isupper()
+    def __init__(self, start: int, end: int, text: str, dot: bool) -> None:
+        self.start, self.end, self.text = start, end, text  # end: without a trailing period
+        self.dot = dot  # followed directly by "."
+        bare = POSSESSIVE_RE.sub("", text).lower() if "'" in text or "’" in text else text.lower()
+        self.key = ABBREVIATIONS.get(bare, bare) if dot else bare
+        self.capitalized = text[0].isupper()
+        self.upper = text.isupper() and len(text) > 1
+        self.initial = len(text) == 1 and text.isupper()
 
 
 @dataclass(frozen=True)
@@ -163,16 +154,19 @@ def tokenize(text: str) -> list[Token]:
     return tokens
 
 
+_GAP_RE = re.compile(r"\.?[ \t]*-?[ \t]*")
+
+
 def _joined(text: str, a: Token, b: Token) -> bool:
     """True when only spaces (or a hyphen, or the period of an abbreviation) separate two tokens."""
-    gap = text[a.end:b.start]
-    return len(gap) <= 3 and re.fullmatch(r"\.?[ \t]*-?[ \t]*", gap) is not None
+    return b.start - a.end <= 3 and _GAP_RE.fullmatch(text, a.end, b.start) is not None
 
 
 class GazetteerDetector:
     """Names (NAME) and places, hospitals and wards (GEOGRAPHIC_LOCATION) from lists plus context."""
 
     name = DETECTOR
+    text_bound = True  # CPU work in proportion to the text: in the calling thread on a short record
 
     def __init__(self) -> None:
         self.lex = lexicon()
@@ -297,10 +291,15 @@ class GazetteerDetector:
 
     def _phrase_at(self, text: str, tokens: list[Token], i: int, table, longest: int) -> int:
         """Last index of the longest phrase from `table` starting at tokens[i], or i - 1."""
-        for k in range(min(len(tokens), i + longest) - 1, i - 1, -1):
-            if all(_joined(text, tokens[m], tokens[m + 1]) for m in range(i, k)) \
-                    and all(tokens[m].capitalized or tokens[m].key in {"and", "of", "the", "&"} for m in range(i, k + 1)) \
-                    and tuple(x.key for x in tokens[i:k + 1]) in table:
+        # the run of joined, capitalized (or linking) tokens from i bounds the phrase; look up its prefixes
+        last = i - 1
+        for m in range(i, min(len(tokens), i + longest)):
+            joined = m == i or _joined(text, tokens[m - 1], tokens[m])
+            if not (joined and (tokens[m].capitalized or tokens[m].key in LINK_WORDS)):
+                break
+            last = m
+        for k in range(last, i - 1, -1):
+            if tuple(x.key for x in tokens[i:k + 1]) in table:
                 return k
         return i - 1
 

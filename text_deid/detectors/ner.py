@@ -160,6 +160,7 @@ class NerSettings:
 
 class NerDetector:
     name = DETECTOR
+    text_bound = True  # CPU work in proportion to the text: in the calling thread on a short record
 
     def __init__(self, model_path: str | None = None, labels_path: str | None = None, *,
                  max_len: int | None = None, stride: int | None = None, threshold: float | None = None,

@@ -107,6 +107,7 @@ class UnknownWordDetector:
     """NAME and GEOGRAPHIC_LOCATION candidates from words no dictionary knows."""
 
     version = "1"
+    text_bound = True  # CPU work in proportion to the text: in the calling thread on a short record
 
     def __init__(self, in_context_only: bool) -> None:
         self.in_context_only = in_context_only
