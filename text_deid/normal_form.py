@@ -1,13 +1,14 @@
 """One normal form in which text and known identifiers are compared, with offsets back to the original text.
 
-Escapes are decoded first (JSON `\\uXXXX`, HTML character references, RTF `\\'hh` and `\\uN`, HL7 escapes:
-a formatting command or an escaped delimiter reads as a word break, highlighting as nothing). Then every
-character is folded on its own: default-ignorable characters (zero-width, soft hyphen, direction marks) are
-dropped, the compatibility decomposition (NFKD: fullwidth Latin, ligatures) is taken, case is folded, marks
-(accents) are dropped, and confusable look-alikes (Cyrillic "р", Greek "ο", ...) map to the Latin letter or
-digit of their Unicode TS #39 skeleton, from the confusable-homoglyphs package's copy of confusables.txt.
-Folding character by character keeps a folded character's origin known. ASCII text without a backslash or an
-ampersand is its own normal form (matching is case-insensitive): the common case costs nothing.
+Escapes are decoded first (JSON `\\uXXXX`, and `\\n`, `\\r`, `\\t` as a word break; HTML character references,
+RTF `\\'hh` and `\\uN`, HL7 escapes: a formatting command or an escaped delimiter reads as a word break,
+highlighting as nothing). Then every character is folded on its own: default-ignorable characters (zero-width,
+soft hyphen, direction marks) are dropped, the compatibility decomposition (NFKD: fullwidth Latin, ligatures)
+is taken, case is folded, marks (accents) are dropped, and confusable look-alikes (Cyrillic "р", Greek "ο",
+...) map to the Latin letter or digit of their Unicode TS #39 skeleton, from the confusable-homoglyphs
+package's copy of confusables.txt. Folding character by character keeps a folded character's origin known.
+ASCII text without a backslash or an ampersand is its own normal form (matching is case-insensitive): the
+common case costs nothing.
 """
 from __future__ import annotations
 
@@ -72,6 +73,7 @@ _ESCAPE_RE = re.compile(
     r"|\\'(?P<rtf_hex>[0-9a-fA-F]{2})"
     r"|\\u(?P<rtf_u>-?\d{1,5}) ?\??"
     r"|\\(?P<hl7>[FSTRE]|\.[a-z]{2}[+-]?\d*|[HN]|X[0-9A-Fa-f]*|[CMZ][0-9A-Za-z]{0,16})\\"
+    r"|\\(?P<json_space>[nrt])"
     r"|&(?:#\d{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});?")
 
 
@@ -82,6 +84,8 @@ def _decoded(m: re.Match) -> str:
         return bytes([int(m["rtf_hex"], 16)]).decode("cp1252", "replace")
     if m["rtf_u"]:
         return chr(int(m["rtf_u"]) % 65536)
+    if m["json_space"]:  # JSON's \n, \r, \t: a word break
+        return " "
     if (seq := m["hl7"]) is not None:
         if seq[0] in "HNCMZ":  # highlighting and character sets: no space where they stand
             return ""

@@ -5,7 +5,10 @@ from __future__ import annotations
 import base64
 import json
 import re
+import sys
 import unicodedata
+
+import pytest
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -158,3 +161,35 @@ def test_hl7_formatting_commands_read_as_a_word_break():
     for sequence, reads in [(r"\.sp2\ ", "\n"), (r"\.in2\ ", " "), (r"\.ti3\ ", " "), (r"\.sk1\ ", " "), (r"\.br\ ", "\n"),
                             (r"\.ce\ ", "\n")]:
         assert decode("Zyxwvut" + sequence[:-1] + "Qqqplanted", d)[0] == f"Zyxwvut{reads}Qqqplanted"
+
+
+def _pieces(sep: str):
+    return lambda p: p[:4] + sep + p[4:]
+
+
+# a distinctive part written in pieces: split by a space, a hyphen, a line break, markup or an escape
+SPLIT = {"split by a space": (_pieces(" "), " "), "split by a hyphen": (_pieces("-"), " "),
+         "split by a tab": (_pieces("\t"), " ")}
+SPLIT_MARKUP = {"split by a line break": (_pieces("\n"), " "), "hyphenated at a line break": (_pieces("-\n"), " "),
+                "split by <br/>": (_pieces("<br/>"), " "), "split by JSON \\n": (_pieces("\\n"), " ")}
+SPLIT_HL7 = {"split by \\.br\\": (_pieces("\\.br\\"), " "), "split by \\X0D\\": (_pieces("\\X0D\\"), " ")}
+
+
+@pytest.mark.parametrize("given_name, family", [("Zyxwvut", "Qqqplanted"), ("Joanna", "Kowalczyk"),
+                                                ("Łukasz", "Wałęsa")])
+def test_a_name_part_written_in_pieces_is_masked(monkeypatch, given_name, family):
+    monkeypatch.setattr(sys.modules[__name__], "SPELLINGS", SPLIT)
+    monkeypatch.setattr(sys.modules[__name__], "MARKUP", SPLIT_MARKUP)
+    monkeypatch.setattr(sys.modules[__name__], "HL7_ONLY", SPLIT_HL7)
+    assert survivors(given_name, family) == []
+
+
+@pytest.mark.parametrize("name, text", [
+    ("Adam Newman", "Seen with a new man today."),            # pieces that are words of their own
+    ("Sonia Smithers", "Seen his on iatrogenic rash today."),  # letters that spell the part across words' middles
+])
+def test_words_that_only_spell_a_name_together_are_kept(name, text):
+    from text_deid.detectors.known_identifiers import find_known
+    from text_deid.spans import KnownIdentifier
+
+    assert find_known(text, (KnownIdentifier(name, "NAME"),)) == []

@@ -352,6 +352,56 @@ def search(pattern: re.Pattern, folded: Folded) -> Iterator[tuple[int, int]]:
             yield folded.original(m.start(), m.end())
 
 
+# A distinctive name part written in pieces ("Kowa lczyk", "Kowa-\nlczyk", "Kowa\\.br\\lczyk"): the pieces are
+# whole words whose letters, read together, spell the part; at most SPLIT_PIECES of them, SPLIT_GAP characters apart,
+# and not all English or clinical words of three letters or more ("new man" is not "Newman").
+SPLIT_PIECES, SPLIT_GAP = 3, 12
+_NOT_LETTER = re.compile(r"[\W\d_]+")
+_LETTER_RUN = re.compile(r"[^\W\d_]+")
+_TAG = re.compile(r"<[^<>]{0,40}>")  # markup between the pieces ("Kowa<br/>lczyk") is no letters of the part
+
+
+def _split_automaton(known: tuple[KnownIdentifier, ...]):
+    """An Aho-Corasick automaton of the distinctive name parts, letters only, lower case (None: no such part).
+    A part with digits is left out: its digits are what splits it ("Zorbel2son" is not "Zorbel5son")."""
+    parts = {letters for k in known if k.category == "NAME"
+             for p in _distinctive_parts(fold_value(k.value).strip()) if not any(c.isdigit() for c in p)
+             if len(letters := _NOT_LETTER.sub("", p.lower())) >= DISTINCTIVE_LETTERS}
+    if not parts:
+        return None
+    automaton = ahocorasick.Automaton(ahocorasick.STORE_INTS)
+    for part in parts:
+        automaton.add_word(part, len(part))
+    automaton.make_automaton()
+    return automaton
+
+
+def split_parts(automaton, folded: Folded) -> list[tuple[int, int]]:
+    """The original text's spans of distinctive name parts written in pieces."""
+    text = folded.text.lower()
+    if automaton is None or len(text) != len(folded.text):
+        return []
+    if "<" in text:
+        text = _TAG.sub(lambda m: " " * len(m[0]), text)
+    hits = list(automaton.iter(_NOT_LETTER.sub("", text)))
+    if not hits:
+        return []
+    runs = [m.span() for m in _LETTER_RUN.finditer(text)]
+    starts = list(accumulate((e - s for s, e in runs), initial=0))  # where each run starts among the letters
+    out = []
+    for end, length in hits:
+        a, b = end - length + 1, end + 1
+        i, j = bisect.bisect_right(starts, a) - 1, bisect.bisect_right(starts, b - 1) - 1
+        if i == j or j - i + 1 > SPLIT_PIECES or starts[i] != a or starts[j + 1] != b:
+            continue  # one word (the regex's business), too many pieces, or pieces of longer words
+        if any(runs[k + 1][0] - runs[k][1] > SPLIT_GAP for k in range(i, j)):
+            continue
+        if all(e - s >= 3 and _a_word(text[s:e]) for s, e in runs[i:j + 1]):
+            continue  # words of their own ("new man"); a piece of one or two letters is no word here ("Wałę sa")
+        out.append(folded.original(runs[i][0], runs[j][1]))
+    return out
+
+
 class KnownMatcher:
     """A record's known identifiers, compiled once: an Aho-Corasick automaton over the prefixes of every
     identifier's needles, whose one pass over a text tells which identifiers the text can hold, however many the
@@ -362,6 +412,7 @@ class KnownMatcher:
     def __init__(self, known: tuple[KnownIdentifier, ...]):
         self.candidates = tuple(c for k in known if (c := _candidate(k)) is not None)
         self.days = _known_dates(known)
+        self._split = _split_automaton(known)
         self._always = tuple(c for c in self.candidates if not c.needles)  # no needle: tried in every text
         selects: dict[str, list[_Candidate]] = {}  # needle -> the identifiers it lets through
         for c in self.candidates:
@@ -441,6 +492,9 @@ class KnownMatcher:
             spans = found[i]
             for category, pattern in patterns:
                 spans.extend(Span(start, end, category, detector, 1.0) for start, end in search(pattern, folded[i]))
+        if self._split is not None:
+            for i, f in enumerate(folded):
+                found[i].extend(Span(start, end, "NAME", detector, 1.0) for start, end in split_parts(self._split, f))
         if self.days and texts:  # one search of the texts joined: no date shape can match across a NUL
             joined = SEPARATOR.join(texts)
             starts, pos = [], 0
