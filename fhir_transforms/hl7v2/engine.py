@@ -78,7 +78,7 @@ class HL7Result(NamedTuple):
 
 @dataclass
 class Note:
-    """Text for the stack and how to write its replacement: one leaf, a run of OBX lines, or an ED payload."""
+    """Text for the stack and how to write its replacement: one leaf, a run of OBX or NTE lines, or an ED payload."""
 
     where: str
     parts: list[tuple[list[str], int]] = field(default_factory=list)  # (container, index) of each leaf
@@ -122,8 +122,8 @@ class MessageWalk:
     def run(self) -> None:
         for k, seg in enumerate(self.message.segments, 1):
             self._segment_number = k
-            if not (seg.sid == "OBX" and self._open_note):
-                self._open_note = None
+            if self._open_note and self._open_note[0].split("|", 1)[0] != seg.sid:
+                self._open_note = None  # a run of OBX (or NTE) lines ends at the first other segment
             plans = self.deid.field_plans(self.version, seg.sid)
             for n, raw in _fields(seg):
                 if not raw or raw == '""':
@@ -689,10 +689,21 @@ class MessageWalk:
         return tuple(sorted(text, key=_value_and_category)), tuple(sorted(guarded, key=_value_and_category))
 
     def _note_for(self, seg: er7.Segment, where: str) -> Note:
-        if seg.sid == "OBX" and where.rsplit("-", 1)[-1].split(".")[0] == "5":
+        number = where.rsplit("-", 1)[-1].split(".")[0]
+        if seg.sid == "NTE" and number == "3":
+            # a comment's lines (its repetitions, and the NTE segments that follow) are one text: a name split
+            # over two of them ("Kowa" ~ "lczyk") is read whole
+            key = "NTE|3"
+            if self._open_note and self._open_note[0] == key:
+                return self._open_note[1]
+            note = Note(where, write=self._write_leaves)
+            self.notes.append(note)
+            self._open_note = (key, note)
+            return note
+        if seg.sid == "OBX" and number == "5":
             vtype = self._decoded(seg.get(2)).strip().upper()
             if vtype in self.profile.narrative_types:
-                key = f"{seg.get(3)}|{seg.get(4)}|{vtype}"
+                key = f"OBX|{seg.get(3)}|{seg.get(4)}|{vtype}"
                 if self._open_note and self._open_note[0] == key:
                     return self._open_note[1]
                 note = Note(where, write=self._write_leaves)

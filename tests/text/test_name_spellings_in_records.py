@@ -172,7 +172,8 @@ SPLIT = {"split by a space": (_pieces(" "), " "), "split by a hyphen": (_pieces(
          "split by a tab": (_pieces("\t"), " ")}
 SPLIT_MARKUP = {"split by a line break": (_pieces("\n"), " "), "hyphenated at a line break": (_pieces("-\n"), " "),
                 "split by <br/>": (_pieces("<br/>"), " "), "split by JSON \\n": (_pieces("\\n"), " ")}
-SPLIT_HL7 = {"split by \\.br\\": (_pieces("\\.br\\"), " "), "split by \\X0D\\": (_pieces("\\X0D\\"), " ")}
+SPLIT_HL7 = {"split by \\.br\\": (_pieces("\\.br\\"), " "), "split by \\X0D\\": (_pieces("\\X0D\\"), " "),
+             "split by a component separator": (_pieces("^"), " "), "split by a repetition": (_pieces("~"), " ")}
 
 
 @pytest.mark.parametrize("given_name, family", [("Zyxwvut", "Qqqplanted"), ("Joanna", "Kowalczyk"),
@@ -193,3 +194,13 @@ def test_words_that_only_spell_a_name_together_are_kept(name, text):
     from text_deid.spans import KnownIdentifier
 
     assert find_known(text, (KnownIdentifier(name, "NAME"),)) == []
+
+
+def test_a_name_split_over_consecutive_nte_segments_is_masked():
+    """A comment's NTE lines are one text: a part begun on one line and ended on the next is found."""
+    message = "\r".join(["MSH|^~\\&|APP|FAC|RCV|RFAC|20240101120000||ORU^R01^ORU_R01|CTRL1|P|2.5.1",
+                         "PID|1||MRN12345^^^HOSP^MR||Kowalczyk^Joanna||19700312|F", "OBR|1",
+                         "NTE|1||Seen with Mrs Kowa", "NTE|2||lczyk today."]) + "\r"
+    out = HL7.deidentify(message)
+    assert "Kowa" not in out and "lczyk" not in out
+    assert out.count("NTE|") == 2  # each line stays in its own segment
