@@ -12,6 +12,7 @@ import re
 import msgspec
 
 from fhir_transforms.errors import InputError
+from text_deid.evaluation import STRICT_NUMBERS, NotFinite
 
 # Real FHIR nests far less: a Bundle entry's resource is 4 levels down, and a Questionnaire ten items deep
 # with nested extensions stays under 40. The engine (walker, R4B validation) recurses once or twice per
@@ -28,26 +29,7 @@ class _DuplicateKey(Exception):
     pass
 
 
-class _NotFinite(ValueError):
-    pass
-
-
 _NOT_FINITE = "invalid JSON: NaN or Infinity is not a JSON number"
-
-
-def _refuse_constant(_name: str):
-    raise _NotFinite
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if value in (_INF, -_INF):  # 1e400 and the like: json reads them as inf
-        raise _NotFinite
-    return value
-
-
-_INF = float("inf")
-_STRICT_NUMBERS = {"parse_constant": _refuse_constant, "parse_float": _finite_float}
 
 
 def _unique_pairs(pairs: list) -> dict:
@@ -84,13 +66,13 @@ def loads(text: str | bytes) -> object:
             raise JsonInputError(f"JSON nested deeper than {MAX_DEPTH} levels")
         return doc
     try:
-        doc = json.loads(text, object_pairs_hook=_unique_pairs, **_STRICT_NUMBERS)
-    except _NotFinite:
+        doc = json.loads(text, object_pairs_hook=_unique_pairs, **STRICT_NUMBERS)
+    except NotFinite:
         raise JsonInputError(_NOT_FINITE) from None
     except _DuplicateKey:
         try:
-            doc = _too_deep_or_duplicate(json.loads(text, object_pairs_hook=_mark_duplicates, **_STRICT_NUMBERS))
-        except _NotFinite:
+            doc = _too_deep_or_duplicate(json.loads(text, object_pairs_hook=_mark_duplicates, **STRICT_NUMBERS))
+        except NotFinite:
             raise JsonInputError(_NOT_FINITE) from None
     except json.JSONDecodeError as e:
         raise JsonInputError(f"invalid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
@@ -136,7 +118,7 @@ def split_bundle(text: str) -> tuple[dict, list[str], list[int]] | None:
     in order, the keys that come before `entry`, and where each entry starts in `text`). Each entry is parsed
     once here, strictly (as `loads` would), and dropped. None for anything else, or anything `loads` refuses:
     the caller parses the whole text and gets its answer."""
-    strict = json.JSONDecoder(object_pairs_hook=_unique_pairs, **_STRICT_NUMBERS)
+    strict = json.JSONDecoder(object_pairs_hook=_unique_pairs, **STRICT_NUMBERS)
     try:
         i = _WS.match(text).end()
         if text[i:i + 1] != "{":
@@ -182,7 +164,7 @@ def split_bundle(text: str) -> tuple[dict, list[str], list[int]] | None:
         if text[i + 1:].strip(" \t\n\r") or before is None:
             return None
         header = _unique_pairs(pairs + [("entry", None)])
-    except (ValueError, _DuplicateKey, RecursionError):  # _NotFinite included
+    except (ValueError, _DuplicateKey, RecursionError):  # NotFinite included
         return None
     del header["entry"]
     return header, before, starts

@@ -484,19 +484,24 @@ def format_table(result: Mapping[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
-class _NotFinite(Exception):
-    pass
+# JSON numbers as JSON has them: NaN, Infinity and a number that overflows to infinity (1e400) are refused.
+# `json.loads(text, **STRICT_NUMBERS)` raises NotFinite; every input edge (adapter/json_input.py) reads with it too.
+class NotFinite(ValueError):
+    """NaN or Infinity where JSON allows only finite numbers."""
 
 
-def _not_a_json_number(_name: str):
-    raise _NotFinite
+def _refuse_constant(_name: str):
+    raise NotFinite
 
 
 def _finite_float(text: str) -> float:
     value = float(text)
-    if value != value or value in (float("inf"), float("-inf")):  # 1e400 reads as inf
-        raise _NotFinite
+    if math.isinf(value):  # 1e400 and the like: json reads them as inf
+        raise NotFinite
     return value
+
+
+STRICT_NUMBERS = {"parse_constant": _refuse_constant, "parse_float": _finite_float}
 
 
 def load_jsonl(path: str | os.PathLike) -> list[dict]:
@@ -517,8 +522,8 @@ def load_jsonl(path: str | os.PathLike) -> list[dict]:
             if not line.strip():
                 continue
             try:
-                obj = json.loads(line, parse_constant=_not_a_json_number, parse_float=_finite_float)
-            except _NotFinite:
+                obj = json.loads(line, **STRICT_NUMBERS)
+            except NotFinite:
                 raise ValueError(f"{os.fspath(path)}: line {lineno}: invalid JSON (NaN or Infinity)") from None
             except json.JSONDecodeError as exc:
                 raise ValueError(

@@ -693,25 +693,22 @@ class MessageWalk:
         if seg.sid == "NTE" and number == "3":
             # a comment's lines (its repetitions, and the NTE segments that follow) are one text: a name split
             # over two of them ("Kowa" ~ "lczyk") is read whole
-            key = "NTE|3"
-            if self._open_note and self._open_note[0] == key:
-                return self._open_note[1]
-            note = Note(where, write=self._write_leaves)
-            self.notes.append(note)
-            self._open_note = (key, note)
-            return note
+            return self._run_note("NTE|3", where)
         if seg.sid == "OBX" and number == "5":
             vtype = self._decoded(seg.get(2)).strip().upper()
             if vtype in self.profile.narrative_types:
-                key = f"OBX|{seg.get(3)}|{seg.get(4)}|{vtype}"
-                if self._open_note and self._open_note[0] == key:
-                    return self._open_note[1]
-                note = Note(where, write=self._write_leaves)
-                self.notes.append(note)
-                self._open_note = (key, note)
-                return note
+                return self._run_note(f"OBX|{seg.get(3)}|{seg.get(4)}|{vtype}", where)
         note = Note(where, write=self._write_leaves)
         self.notes.append(note)
+        return note
+
+    def _run_note(self, key: str, where: str) -> Note:
+        """The note of the run of lines `key` names, open since an earlier segment, or a new one."""
+        if self._open_note and self._open_note[0] == key:
+            return self._open_note[1]
+        note = Note(where, write=self._write_leaves)
+        self.notes.append(note)
+        self._open_note = (key, note)
         return note
 
     def _write_leaves(self, note: Note, spans: list[Span]) -> None:

@@ -98,6 +98,11 @@ def is_known_word(word: str) -> bool:
             or all(is_english_word(p) or vocabulary().is_word(p) or p in drug_words() for p in parts))
 
 
+def is_upper_text(text: str) -> bool:
+    """A text written in capitals (60% of its letters or more): a capitalized word there is no evidence."""
+    return len(_UPPER.findall(text)) > 1.5 * len(_LOWER.findall(text))
+
+
 def _proper_shape(word: str, upper_text: bool) -> bool:
     if word[0].isupper() and any(c.islower() for c in word[1:]):
         return True
@@ -118,8 +123,7 @@ class UnknownWordDetector:
         is_english_word("the")
 
     def detect(self, text: str, known: Sequence[KnownIdentifier] = ()) -> list[Span]:
-        upper, lower = len(_UPPER.findall(text)), len(_LOWER.findall(text))
-        upper_text = upper > 1.5 * lower  # 60% of the letters or more
+        upper_text = is_upper_text(text)
         words = list(_WORD.finditer(text))
         candidates, named_words = [], []
         known_on_line: dict[int, list[int]] = {}  # line start -> [known words, of them capitalized]

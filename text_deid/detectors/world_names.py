@@ -21,15 +21,15 @@ import regex
 from text_deid import budget
 from text_deid.detectors.unknown_words import (
     _NAME_CUE, _NAME_CUE_AFTER, _POSSESSIVE, _STRONG_NAME_CUE, _STRONG_PLACE_CUE, _WORD, _proper_shape,
-    is_known_word,
+    is_known_word, is_upper_text,
 )
 from text_deid.spans import KnownIdentifier, Span
 
 NAME, PLACE = "NAME", "GEOGRAPHIC_LOCATION"
 IN_CONTEXT, ALONE = 0.8, 0.6
 BUDGET_EVERY = 1024  # words between looks at the record's deadline
-# Clinical abbreviations written in lower case that are also someone's name somewhere ("gerd", "tia").
 _GAP = regex.compile(r"[ \t]{1,2}(?:\p{L}\.?[ \t]{1,2})?")  # "maría gonzález", "leidy t muris"
+# Clinical abbreviations written in lower case that are also someone's name somewhere ("gerd", "tia").
 STOP_WORDS = frozenset({"gerd", "tia", "ami", "ros", "iban", "nad", "ana", "ena", "mas", "abi", "ama"})
 
 
@@ -59,8 +59,7 @@ class WorldNameDetector:
         is_known_word("the")
 
     def detect(self, text: str, known: Sequence[KnownIdentifier] = ()) -> list[Span]:
-        upper = sum(c.isupper() for c in text)
-        upper_text = upper > 1.5 * (sum(c.islower() for c in text))
+        upper_text = is_upper_text(text)
         found = []  # (start, end, proper)
         for i, m in enumerate(_WORD.finditer(text)):
             if i % BUDGET_EVERY == 0:
