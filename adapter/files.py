@@ -6,10 +6,11 @@ import json
 import os
 import re
 import secrets
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import BinaryIO, Iterator
 
 import msgspec
 
@@ -313,21 +314,44 @@ def make_folder(path: Path, root: Path | None = None) -> None:
         check_inside(path, root)
 
 
-def write_atomic(path: Path, data: bytes, root: Path | None = None) -> None:
-    """Write to a temporary file beside `path`, then rename: readers never see a partial file. With `root`,
-    the folder written into must lie inside it (checked before and after creating it; a link at `path`
-    itself is replaced, never followed)."""
+def write_atomic(path: Path, data: bytes | BinaryIO, root: Path | None = None) -> None:
+    """Write to a temporary file beside `path`, then rename: readers never see a partial file. `data`: bytes, or
+    a file read from its start. With `root`, the folder written into must lie inside it (checked before and after
+    creating it; a link at `path` itself is replaced, never followed)."""
     make_folder(path, root)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            if isinstance(data, bytes):
+                f.write(data)
+            else:
+                data.seek(0)
+                shutil.copyfileobj(data, f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
         raise
+
+
+class HashingWriter:
+    """A binary file that keeps the SHA-256 of what is written to it (`digest`: the audit's output hash)."""
+
+    def __init__(self, out: BinaryIO) -> None:
+        self.out, self.digest = out, hashlib.sha256()
+
+    def write(self, data: bytes) -> int:
+        self.digest.update(data)
+        return self.out.write(data)
+
+
+def text_digest(text: str, chunk: int = 1 << 20):
+    """The SHA-256 of `text` as UTF-8 (the audit's input hash), without a second copy of a large text."""
+    digest = hashlib.sha256()
+    for i in range(0, len(text), chunk):
+        digest.update(text[i:i + chunk].encode())
+    return digest
 
 
 NAME_TOKEN = re.compile(r"[^\W_]+")  # words of a file name or a known value (Bob965, Koepp, 1484a42d)

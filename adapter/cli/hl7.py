@@ -1,6 +1,7 @@
 """`deid-adapter hl7 IN OUT`: de-identify ER7 files (one or several messages each, batches too)."""
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from typing import Optional
 
@@ -24,8 +25,8 @@ from adapter.cli.common import (
 )
 from adapter.engines import fhir_engine, profiles, with_vault_key
 from fhir_transforms.errors import InputError, RecordRefused, SettingsError
+from fhir_transforms.hl7v2 import stream
 from fhir_transforms.hl7v2.engine import HL7Deidentifier
-from fhir_transforms.hl7v2.message import encode
 from adapter import settings
 
 SUFFIXES = (".hl7", ".txt", ".er7")
@@ -91,11 +92,13 @@ def hl7(
                 text = engine.read(path.read_bytes()).text
             except OSError as e:
                 raise InputError(f"{e.strerror}") from None
-            result = engine.deidentify_file(text)
-            data = encode(result.text)
-            if trail is not None:  # durable before the output exists; one record per file
-                trail.record_deidentification(engine, input=text, output=data, findings=result.findings, **who)
-            fhir_files.write_atomic(target, data)
+            with tempfile.TemporaryFile() as spool:  # a file written as read (`stream.py`), published whole
+                out = fhir_files.HashingWriter(spool)
+                result = stream.write_file(engine, text, out)
+                if trail is not None:  # durable before the output exists; one record per file
+                    trail.record_deidentification(engine, input=fhir_files.text_digest(text), output=out.digest,
+                                                  findings=result.findings, **who)
+                fhir_files.write_atomic(target, spool)
         except audit.AuditError as e:
             fail(str(e))
         except InputError as e:
@@ -105,9 +108,9 @@ def hl7(
             counts["refused"] += 1
             typer.echo(f"refused  {path}: {e}", err=True)
             if trail is not None:
-                trail.record_refusal(engine, input=text, reason=str(e), **who)
+                trail.record_refusal(engine, input=fhir_files.text_digest(text), reason=str(e), **who)
         else:
-            n = result.text.count("\rMSH") + result.text.startswith("MSH")
+            n = result.messages
             counts["written"] += 1
             counts["messages"] += n
             typer.echo(f"ok  {rel} ({n} message{'s' * (n != 1)})", err=True)

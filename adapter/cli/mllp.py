@@ -58,7 +58,7 @@ def _hl7_engine(key_file, profile: Optional[str], stack: Optional[str], llm=None
     try:
         engine = HL7Deidentifier(profiles(profile, rules).hl7, base.pseudo, base.stack, base.clock, charset=charset)
         with_vault_key(base.pseudo, engine.profile.methods)
-        return engine.deidentify_with_findings
+        return engine.deidentify_streamed  # a long message a window at a time
     except SettingsError as e:
         fail(str(e))
 

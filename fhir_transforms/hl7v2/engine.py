@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import date
 from functools import lru_cache
 from operator import attrgetter
-from typing import Callable, NamedTuple
+from typing import Callable, Iterable, NamedTuple
 
 from fhir_transforms.hl7v2 import message as er7
 from fhir_transforms.hl7v2 import payload as ed
@@ -85,6 +85,7 @@ class Note:
     texts: list[str] = field(default_factory=list)
     write: Callable[[Note, list[Span]], None] | None = None
     known_only: bool = False  # kept text (a term): searched for the message's known identifiers alone
+    first: int = 0  # the segment a run of lines starts in (`_run_note`)
 
     @property
     def text(self) -> str:
@@ -117,10 +118,12 @@ class MessageWalk:
         self._cleared: list[tuple[er7.Segment, int, str]] = []  # fields whose rule empties every leaf
         self._copy_back: list[tuple[list[str], int, list[str], int]] = []  # QIP values ruled in their field's place
         self._not_separators = _not_separators(self.d)
+        self.runs: dict[int, int] = {}  # first segment → last segment of each run of lines over several segments
 
     # --- segments and fields
-    def run(self) -> None:
-        for k, seg in enumerate(self.message.segments, 1):
+    def run(self, segments: Iterable[er7.Segment] | None = None, start: int = 1) -> None:
+        """Walk the message's segments, or (streamed, `stream.py`) those given, numbered from `start`."""
+        for k, seg in enumerate(self.message.segments if segments is None else segments, start):
             self._segment_number = k
             if self._open_note and self._open_note[0].split("|", 1)[0] != seg.sid:
                 self._open_note = None  # a run of OBX (or NTE) lines ends at the first other segment
@@ -223,8 +226,16 @@ class MessageWalk:
             self.rep(rule if held in values else rule.otherwise, rep, where, seg)
         self._fields.append((seg, n, f))
 
-    def finish(self) -> None:
-        """Write every transformed field back into its segment (after the text stack wrote its notes)."""
+    def next_window(self, keep_open_note: bool) -> None:
+        """Forget what one window of segments queued (streamed, `stream.py`); the message's known identifiers stay."""
+        self.notes, self.checked, self.checked_fields, self.written_dates = [], [], [], set()
+        self._fields, self._cleared, self._copy_back = [], [], []
+        if not keep_open_note:
+            self._open_note = None
+
+    def finish(self, stamp: bool = True, msh: er7.Segment | None = None) -> None:
+        """Write every transformed field back into its segment (after the text stack wrote its notes); with
+        `stamp`, the key and profile into `msh` (default: the message's first segment)."""
         for holder, i, comp, j in self._copy_back:
             comp[j] = holder[i]
         for seg, n, f in self._fields:
@@ -232,8 +243,9 @@ class MessageWalk:
         for seg, n, raw in self._cleared:
             seg.set(n, raw)
         self._fields, self._cleared = [], []
-        if self.message.segments[0].sid == "MSH":
-            self._stamp(self.message.segments[0])
+        msh = msh or self.message.segments[0]
+        if stamp and msh.sid == "MSH":
+            self._stamp(msh)
 
     def _rule(self, seg: er7.Segment, n: int) -> Rule:
         if seg.sid == "OBX" and n == 5:
@@ -705,8 +717,11 @@ class MessageWalk:
     def _run_note(self, key: str, where: str) -> Note:
         """The note of the run of lines `key` names, open since an earlier segment, or a new one."""
         if self._open_note and self._open_note[0] == key:
-            return self._open_note[1]
-        note = Note(where, write=self._write_leaves)
+            note = self._open_note[1]
+            if self._segment_number > note.first:
+                self.runs[note.first] = self._segment_number
+            return note
+        note = Note(where, write=self._write_leaves, first=self._segment_number)
         self.notes.append(note)
         self._open_note = (key, note)
         return note
@@ -851,6 +866,13 @@ class HL7Deidentifier:
         findings: list[Finding] = []
         return HL7Result(self._message(er7.parse_message(message), "message", findings, ""), tuple(findings))
 
+    def deidentify_streamed(self, message: str) -> HL7Result:
+        """`deidentify_with_findings`, a long message a window of segments at a time (`stream.py`): the same
+        result, in memory for the message's text and output instead of its parse (the MLLP listener's)."""
+        from fhir_transforms.hl7v2 import stream  # stream.py builds on this module
+
+        return stream.deidentify_message(self, message)
+
     def deidentify_file_text(self, text: str) -> str:
         """Every message of a file (and its FHS/BHS/BTS/FTS envelope), de-identified, in order."""
         return self.deidentify_file(text).text
@@ -893,6 +915,24 @@ class HL7Deidentifier:
         if linked:
             known_ids = tuple(sorted({*known_ids, *linked}, key=_value_and_category))
             guarded = tuple(sorted({*guarded, *linked}, key=_value_and_category))
+        written = self.write_notes(walk, known_ids, guarded, where, at)
+        if findings is not None:
+            findings.extend(written[0] + written[1])
+        walk.remove_kept_identifiers(guarded)
+        walk.finish()
+        out = er7.fit_charset(message)  # the output as written; the guard reads its fields
+        refuse_leaks(where, guard(message, self.profile, walk, guarded))
+        if not message.envelope:
+            try:
+                er7.check_output(before, out)
+            except RuntimeError as e:
+                raise RecordRefused(f"{where}: {e} (a bug; nothing written)") from None
+        return out, guarded
+
+    def write_notes(self, walk: MessageWalk, known_ids: tuple[KnownIdentifier, ...], guarded: tuple[KnownIdentifier, ...],
+                    where: str, at: str) -> tuple[list[Finding], list[Finding]]:
+        """Run the text stack over the walk's notes (one batch) and write each back; (the notes' findings, the
+        coded terms' findings), their paths after `at`."""
         notes = [n for n in walk.notes if not n.known_only]
         terms = [n for n in walk.notes if n.known_only]
         try:
@@ -901,40 +941,46 @@ class HL7Deidentifier:
         except DetectorError as e:
             raise RecordRefused(f"{where}: text detector failed: {e}") from None
         personal_words = words_of_names(guarded) if terms else frozenset()
+        written: tuple[list[Finding], list[Finding]] = ([], [])
         for k, (note, spans) in enumerate(zip(notes + terms, found)):
             if k >= len(notes) and spans:  # a coded term: a staff member's word alone stays (as the guard reads)
                 spans = without_staff_words(note.text, spans, personal_words)
             note.write(note, spans)
-            if findings is not None:
-                findings.extend(Finding(at + note.where, span) for span in spans)
-        walk.remove_kept_identifiers(guarded)
-        walk.finish()
-        out = er7.fit_charset(message)  # the output as written; the guard reads its fields
-        leaks = _leaks(message, self.profile, walk.version, walk.written_dates, guarded, skip_codes=False)
-        if leaks:  # read again without coding systems and HD parts (most messages never get here)
-            leaks = _leaks(message, self.profile, walk.version, walk.written_dates, guarded, skip_codes=True)
-        if leaks:
-            shown = "; ".join(str(leak) for leak in leaks[:5])
-            raise LeakFound(f"{where}: leak guard refused the output: {len(leaks)} known identifier(s) survived: {shown}")
-        if not message.envelope:
-            try:
-                er7.check_output(before, out)
-            except RuntimeError as e:
-                raise RecordRefused(f"{where}: {e} (a bug; nothing written)") from None
-        return out, guarded
+            written[k >= len(notes)].extend(Finding(at + note.where, span) for span in spans)
+        return written
+
+
+def guard(message: er7.Message, profile: HL7Profile, walk: MessageWalk, guarded: tuple[KnownIdentifier, ...],
+          start: int = 1) -> tuple[list[leak_guard.Leak], list[leak_guard.Leak]]:
+    """The leak guard over the output's segments (numbered from `start`): (known identifiers, known dates with
+    a time) that survived, read with coding systems and HD parts, and again without them where that finds
+    something (most messages never get there)."""
+    leaks = _leaks(message, profile, walk.version, walk.written_dates, guarded, skip_codes=False, start=start)
+    if leaks[0] or leaks[1]:
+        leaks = _leaks(message, profile, walk.version, walk.written_dates, guarded, skip_codes=True, start=start)
+    return leaks
+
+
+def refuse_leaks(where: str, found: tuple[list[leak_guard.Leak], list[leak_guard.Leak]]) -> None:
+    """LeakFound naming the first five leaks (each list in the guard's order: by path), when there is one."""
+    leaks = sorted(found[0], key=lambda leak: (leak.path, leak.category)) + sorted(found[1], key=lambda leak: leak.path)
+    if leaks:
+        shown = "; ".join(str(leak) for leak in leaks[:5])
+        raise LeakFound(f"{where}: leak guard refused the output: {len(leaks)} known identifier(s) survived: {shown}")
 
 
 def _leaks(message: er7.Message, profile: HL7Profile, version: str, written_dates: set[tuple[int, str]],
-           guarded: tuple[KnownIdentifier, ...], skip_codes: bool) -> list[leak_guard.Leak]:
+           guarded: tuple[KnownIdentifier, ...], skip_codes: bool,
+           start: int = 1) -> tuple[list[leak_guard.Leak], list[leak_guard.Leak]]:
     """The leak guard over the output (`_output_strings`): known identifiers, and known dates with a time.
     Reading every field first, one search of the texts segment by segment (`_guard_texts`); the fields and
     their paths are read only when it finds something (most messages: never)."""
     if not skip_codes:
-        texts = _guard_texts(message, profile, version, written_dates)
+        texts = _guard_texts(message, profile, version, written_dates, start)
         if leak_guard.clean(texts, guarded) and not holds_known_day(texts, guarded):
-            return []
-    strings = _output_strings(message, profile, version, written_dates, skip_codes)
-    return leak_guard.scan(strings, guarded) + dates_with_time(strings, guarded)
+            return [], []
+    strings = _output_strings(message, profile, version, written_dates, skip_codes, start)
+    return leak_guard.scan(strings, guarded), dates_with_time(strings, guarded)
 
 
 def _long_words(known: KnownIdentifier) -> KnownIdentifier:
@@ -1015,17 +1061,19 @@ def _fields(seg: er7.Segment):
 
 
 def _output_strings(message: er7.Message, profile: HL7Profile, version: str,
-                    written_dates: set[tuple[int, str]] = frozenset(), skip_codes: bool = True) -> list[tuple[str, str]]:
+                    written_dates: set[tuple[int, str]] = frozenset(), skip_codes: bool = True,
+                    start: int = 1) -> list[tuple[str, str]]:
     """Every field of the output that can hold patient data, as the leak guard reads it: leaves unescaped,
     ED text payloads decoded. Not read: the profile's `leak_guard_skip` fields, the coding-system and HD
     components of `leak_guard_skip_components`, and the dates a date rule wrote (a shifted date may land
     on another date of the same message)."""
     written_in = _written_in(written_dates)
-    return [found for k, seg in enumerate(message.segments, 1)
+    return [found for k, seg in enumerate(message.segments, start)
             for found in _segment_strings(seg, k, message.delimiters, profile, version, written_in.get(k), skip_codes)]
 
 
-def _guard_texts(message: er7.Message, profile: HL7Profile, version: str, written_dates: set[tuple[int, str]]) -> list[str]:
+def _guard_texts(message: er7.Message, profile: HL7Profile, version: str, written_dates: set[tuple[int, str]],
+                 start: int = 1) -> list[str]:
     """The texts of `_output_strings(..., skip_codes=False)` without their paths, a segment at a time where it
     can be: a segment with no field the guard skips, nothing to unescape and no ED payload is one text, its
     fields apart as its leaves are (LEAF_SEPARATOR), without the leaves that are dates a rule wrote there. No
@@ -1035,7 +1083,7 @@ def _guard_texts(message: er7.Message, profile: HL7Profile, version: str, writte
     written_in = _written_in(written_dates)
     skipping = profile.guard_skip_segments
     texts = []
-    for k, seg in enumerate(message.segments, 1):
+    for k, seg in enumerate(message.segments, start):
         line = "" if seg.sid in skipping or seg.sid in er7.HEADERS else LEAF_SEPARATOR.join(seg.parts[1:])
         if not line or d.escape in line or (seg.sid == "OBX" and seg.get(2).upper().startswith("ED")):
             texts.extend(text for _, text in _segment_strings(seg, k, d, profile, version, written_in.get(k), False))

@@ -292,10 +292,77 @@ def _lines(text: str) -> list[str]:
 
 
 def parse_segment(line: str, d: Delimiters, where: str) -> Segment:
-    sid = line[:3]
-    if not SEGMENT_ID_RE.match(sid) or (len(line) > 3 and line[3] != d.field):
+    _check_segment(line, d, where)
+    return Segment(line[:3], line.split(d.field))
+
+
+def _check_segment(line: str, d: Delimiters, where: str) -> None:
+    if not SEGMENT_ID_RE.match(line[:3]) or (len(line) > 3 and line[3] != d.field):
         raise InputError(f"{where}: not an HL7v2 segment (expected a three-character segment id)")
-    return Segment(sid, line.split(d.field))
+
+
+@dataclass(frozen=True)
+class Item:
+    """Where one message, or one envelope segment, lies in a file's text (`scan_text`); `segments` reads it."""
+
+    start: int
+    end: int
+    delimiters: Delimiters
+    envelope: bool
+    count: int  # its segments
+
+
+SEGMENT_LINE_RE = re.compile(r"[^\r\n]+")
+
+
+def scan_text(text: str) -> list[Item]:
+    """`parse_text`'s messages and envelope segments, with its errors, as places in `text` instead of parsed
+    segments: a file read this way holds a segment at a time, not its parse (large messages, `stream.py`)."""
+    items: list[Item] = []
+    current: Item | None = None  # the message being read
+    n = 0
+    for line, start, end in segment_lines(text, 0, len(text)):
+        n += 1
+        sid = line[:3]
+        if sid in HEADERS:
+            d = Delimiters.from_header(line)
+            _check_segment(line, d, f"segment {n}")
+            current = Item(start, end, d, False, 1) if sid == "MSH" else None
+            items.append(current or Item(start, end, d, True, 1))
+            continue
+        if sid in ENVELOPE:
+            d = current.delimiters if current else (items[-1].delimiters if items else Delimiters())
+            _check_segment(line, d, f"segment {n}")
+            items.append(Item(start, end, d, True, 1))
+            current = None
+            continue
+        if current is None:
+            raise InputError(f"segment {n} ({sid if SEGMENT_ID_RE.match(sid) else '?'}) is outside a message: "
+                             "every message must start with MSH")
+        _check_segment(line, current.delimiters, f"segment {n}")
+        current = items[-1] = Item(current.start, end, current.delimiters, False, current.count + 1)
+    if not n:
+        raise InputError("no HL7v2 segments")
+    if not any(not m.envelope for m in items):
+        raise InputError("no MSH segment: not an HL7v2 message")
+    return items
+
+
+def segments(text: str, item: Item):
+    """The segments of a scanned item, parsed one at a time."""
+    for line, _, _ in segment_lines(text, item.start, item.end):
+        yield Segment(line[:3], line.split(item.delimiters.field))
+
+
+def segment_lines(text: str, start: int, end: int):
+    """(line, start, end) of each segment between `start` and `end`, as `split_segments` reads them."""
+    if start == 0:
+        while start < end and text[start] == "\ufeff":  # split_segments's lstrip
+            start += 1
+    for m in SEGMENT_LINE_RE.finditer(text, start, end):
+        line = m.group()
+        if line.strip():
+            yield line, m.start(), m.end()
 
 
 def parse_text(text: str) -> list[Message]:
@@ -340,15 +407,16 @@ def parse_message(text: str) -> Message:
     return items[0]
 
 
-def check_output(before: list[str], er7: str) -> None:
+def check_output(before: list[str], er7: str, field: str = "") -> None:
     """The output, split on CR, LF and CR LF as any receiver might, keeps the input's segment ids in count and order.
 
     This is what re-reading with python-hl7 checked (it validates nothing else), without building its tree.
+    `field`: the field separator of segments that do not start a message (a streamed message's later windows).
     """
     lines = [s for s in _lines(er7) if s]
-    if not lines or not lines[0].startswith(HEADERS):
+    if not field and (not lines or not lines[0].startswith(HEADERS)):
         raise RuntimeError("output does not start with a header segment")
-    fs = lines[0][3]
+    fs = field or lines[0][3]
     if [line.split(fs, 1)[0] for line in lines] != before:
         raise RuntimeError("output segment sequence differs from the input's")
 
