@@ -1,8 +1,9 @@
 """Peak memory of `fhir` on a large NDJSON file and `hl7` on a large message, against the input's size.
 
 Run: PYTHONPATH=. .venv/bin/python benchmarks/stream_memory.py [--lines 100000] [--segments 200000]
+    [--shape obx|short|nte]
 Writes a synthetic NDJSON file (Observations of a few patients, one a line) and a synthetic ORU message
-(MSH, PID, then OBX segments), runs each through the CLI under /usr/bin/time -v with the audit trail off, and
+(MSH, PID, OBR, then OBX NM segments, the shortest segments, or one comment's NTE lines), runs each through the CLI under /usr/bin/time -v with the audit trail off, and
 prints each input's size, the peak RSS, their ratio, and the wall time. Issue #36 target: peak RSS ≤ 4× input
 at 1M lines / 1M segments (memory proportional to a line or a segment, not the file).
 """
@@ -32,14 +33,22 @@ def make_ndjson(path: Path, lines: int) -> None:
                                   "code": "mg/dL"}}, separators=(",", ":")) + "\n")
 
 
-def make_hl7(path: Path, segments: int) -> None:
+# what fills a message after its MSH, PID and OBR: numeric results, or the shortest segments a red-team file
+# used (1.3M segments in 7.8 MB), or one comment of many NTE lines (a single text for the stack: not windowed)
+FILLERS = {"obx": lambda n: f"OBX|{n + 1}|NM|2345-7^Glucose^LN||{80 + n % 60}|mg/dL\r",
+           "short": lambda n: "ZZ1|1\r",
+           "nte": lambda n: f"NTE|{n + 1}||line {n}\r"}
+
+
+def make_hl7(path: Path, segments: int, shape: str = "obx") -> None:
     head = ("MSH|^~\\&|LAB|HOSP|EHR|HOSP|20240101120000||ORU^R01^ORU_R01|CTRL1|P|2.5.1\r"
             "PID|1||MRN4471902^^^HOSP^MR||Zyxwvut^Qqqplanted||19700312|F\r"
             "OBR|1|||2345-7^Glucose^LN\r")
+    filler = FILLERS[shape]
     with path.open("w", newline="") as out:
         out.write(head)
         for n in range(segments - 3):
-            out.write(f"OBX|{n + 1}|NM|2345-7^Glucose^LN||{80 + n % 60}|mg/dL\r")
+            out.write(filler(n))
 
 
 def peak(cmd: list[str], env: dict) -> tuple[int, float, int]:
@@ -57,6 +66,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lines", type=int, default=100_000)
     parser.add_argument("--segments", type=int, default=200_000)
+    parser.add_argument("--shape", choices=sorted(FILLERS), default="obx", help="what fills the HL7 message")
     args = parser.parse_args()
     env = {**os.environ, "DEID_ADAPTER_AUDIT": "off"}
     with tempfile.TemporaryDirectory() as tmp:
@@ -68,8 +78,8 @@ def main() -> None:
             make_ndjson(tmp_path / "obs.ndjson", args.lines)
             cases.append(("fhir", f"{args.lines} NDJSON lines", tmp_path / "obs.ndjson", ["--validate", "off"]))
         if args.segments:
-            make_hl7(tmp_path / "big.hl7", args.segments)
-            cases.append(("hl7", f"{args.segments} HL7 segments", tmp_path / "big.hl7", []))
+            make_hl7(tmp_path / "big.hl7", args.segments, args.shape)
+            cases.append(("hl7", f"{args.segments} HL7 segments ({args.shape})", tmp_path / "big.hl7", []))
         make_ndjson(tmp_path / "one.ndjson", 1)
         make_hl7(tmp_path / "one.hl7", 4)
         base = {"fhir": tmp_path / "one.ndjson", "hl7": tmp_path / "one.hl7"}
