@@ -353,12 +353,19 @@ def search(pattern: re.Pattern, folded: Folded) -> Iterator[tuple[int, int]]:
 
 
 # A distinctive name part written in pieces ("Kowa lczyk", "Kowa-\nlczyk", "Kowa\\.br\\lczyk"): the pieces are
-# whole words whose letters, read together, spell the part; at most SPLIT_PIECES of them, SPLIT_GAP characters apart,
+# whole words whose letters, read together, spell the part; at most SPLIT_PIECES of them, SPLIT_GAP characters apart
+# (a run of white space counts as one: table cells rendered or written on lines of their own, "Kowa</td>\n    <td>lczyk"),
 # and not all English or clinical words of three letters or more ("new man" is not "Newman").
 SPLIT_PIECES, SPLIT_GAP = 3, 12
 _NOT_LETTER = re.compile(r"[\W\d_]+")
 _LETTER_RUN = re.compile(r"[^\W\d_]+")
+_SPACE_RUN = re.compile(r"\s+")
 _TAG = re.compile(r"<[^<>]{0,40}>")  # markup between the pieces ("Kowa<br/>lczyk") is no letters of the part
+
+
+def _gap(between: str) -> int:
+    """Characters between two pieces, a run of white space counted as one."""
+    return len(between) if len(between) <= SPLIT_GAP else len(_SPACE_RUN.sub(" ", between))
 
 
 def _split_automaton(known: tuple[KnownIdentifier, ...]):
@@ -394,7 +401,7 @@ def split_parts(automaton, folded: Folded) -> list[tuple[int, int]]:
         i, j = bisect.bisect_right(starts, a) - 1, bisect.bisect_right(starts, b - 1) - 1
         if i == j or j - i + 1 > SPLIT_PIECES or starts[i] != a or starts[j + 1] != b:
             continue  # one word (the regex's business), too many pieces, or pieces of longer words
-        if any(runs[k + 1][0] - runs[k][1] > SPLIT_GAP for k in range(i, j)):
+        if any(_gap(text[runs[k][1]:runs[k + 1][0]]) > SPLIT_GAP for k in range(i, j)):
             continue
         if all(e - s >= 3 and _a_word(text[s:e]) for s, e in runs[i:j + 1]):
             continue  # words of their own ("new man"); a piece of one or two letters is no word here ("Wałę sa")
