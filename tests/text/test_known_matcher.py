@@ -11,9 +11,10 @@ from hypothesis import strategies as st
 
 from text_deid import leak_guard
 from text_deid.detectors.known_identifiers import (_AFTER_LOWER, _ALNUM_WHEN_LOWERED, _BEFORE_LOWER, DATE_SHAPE_RE,
-                                                   MONTHS, SEPARATOR, _alternation, _candidate, _longest_first,
-                                                   compile_known, date_readings, date_shapes, find_known, find_known_many,
-                                                   forms, inner_forms, occurs_in_any, project, search)
+                                                   GLUED_DATE_RE, MONTHS, SEPARATOR, _alternation, _candidate,
+                                                   _longest_first, compile_known, date_readings, date_shapes, find_known,
+                                                   find_known_many, forms, glued_date_shapes, inner_forms, occurs_in_any,
+                                                   project, search)
 from text_deid.normal_form import fold, fold_value
 from text_deid.spans import KnownIdentifier, Span
 
@@ -43,7 +44,20 @@ def every_form(text: str, known: tuple[KnownIdentifier, ...]) -> list[tuple[int,
             found += [(start, end, category) for start, end in search(pattern, fold(text))]
     days = {tuple(int(g) for g in k.value.split("-")) for k in known if k.category == "DATE"}
     found += [(m.start(), m.end(), "DATE") for m in DATE_SHAPE_RE.finditer(text) if date_readings(m) & days]
+    found += [(m.start(), m.end(), "DATE") for m in glued_reference(text) if date_readings(m) & days]
     return sorted(found)
+
+
+def glued_reference(text: str) -> list[re.Match]:
+    """GLUED_DATE_RE tried at every place, from left to right: each match a letter touches (a letter as
+    re.IGNORECASE reads [A-Za-z]: what DATE_SHAPE_RE's edges refuse) that does not overlap the one before."""
+    letter, found, pos = re.compile("[A-Za-z]", re.IGNORECASE), [], 0
+    for p in range(len(text)):
+        m = GLUED_DATE_RE.match(text, p)
+        if p >= pos and m and (letter.fullmatch(text[p - 1:p]) or letter.fullmatch(text[m.end():m.end() + 1])):
+            found.append(m)
+            pos = m.end()
+    return found
 
 
 def matched(text: str, known: tuple[KnownIdentifier, ...]) -> list[tuple[int, int, str]]:
@@ -155,6 +169,14 @@ DATE_TEXT = st.lists(st.sampled_from(["3/7/21", "2021-03-07", "20210307", "March
 def test_date_shapes_find_what_the_pattern_finds(parts):
     text = "".join(parts)
     assert [m.span() for m in date_shapes(text)] == [m.span() for m in DATE_SHAPE_RE.finditer(text)]
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.lists(st.sampled_from(["Aprİl 7 2021", "Aprıl", "ſept. 7 2021", "dob", "DOB:", "born", "x"]), max_size=3),
+       DATE_TEXT)
+def test_glued_date_shapes_find_what_the_glued_pattern_finds(words, parts):
+    text = "".join(words + parts)
+    assert [m.span() for m in glued_date_shapes(text)] == [m.span() for m in glued_reference(text)]
 
 
 def test_records_asking_in_turn_from_threads_each_get_their_own_matcher():

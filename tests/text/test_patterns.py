@@ -152,6 +152,20 @@ def test_bp_not_date_but_real_date_is():
     assert cats_over(text, "3/7/2021") == {"DATE"}
 
 
+@pytest.mark.parametrize("text, date", [
+    ("DOB:03/12/1980 per chart", "03/12/1980"),
+    ("Date:2021-03-07", "2021-03-07"),
+    ("dob:03/12/1980x", "03/12/1980"),
+])
+def test_a_date_right_after_a_labels_colon_is_a_date(text, date):
+    assert cats_over(text, date) == {"DATE"}
+
+
+@pytest.mark.parametrize("text", ["at 10:30-11-15", "seen 12:03/12/2020", "BP:120/80", "ratio:3/4", "K:3.5-5.1"])
+def test_a_time_or_a_value_after_a_colon_is_no_date(text):
+    assert "DATE" not in {category for _, category in found(text)}
+
+
 def test_fail_closed_on_timeout(monkeypatch):
     secret = "John Smith SSN 123-45-6789 lives here"
 

@@ -136,16 +136,17 @@ def forms(known: KnownIdentifier) -> list[str]:
 
 MONTH_RE = "|".join(f"{m}|{m[:3]}" for m in MONTHS) + "|Sept"
 ORD = r"(?:st|nd|rd|th)?"
-DATE_SHAPE_RE = re.compile(
-    rf"{B}(?:"
+_SHAPES = (
     rf"(?P<iso>\d{{4}})(?P<s1>[/.\-])(?P<iso_m>\d{{1,2}})(?P=s1)(?P<iso_d>\d{{1,2}})"
     rf"|(?P<compact>(?:19|20)\d{{6}})"
     rf"|(?P<a>\d{{1,2}})(?P<s2>[/.\-])(?P<b>\d{{1,2}})(?P=s2)'?(?P<y>\d{{4}}|\d{{2}})"
     rf"|(?P<mon1>{MONTH_RE})\.?\s+(?P<d1>\d{{1,2}}){ORD},?\s+(?:of\s+)?'?(?P<y1>\d{{4}}|\d{{2}})"
     rf"|(?P<d2>\d{{1,2}}){ORD}\s+(?:of\s+)?(?P<mon2>{MONTH_RE})\.?,?\s+'?(?P<y2>\d{{4}}|\d{{2}})"
-    rf"){E}",
-    re.IGNORECASE,
 )
+DATE_SHAPE_RE = re.compile(rf"{B}(?:{_SHAPES}){E}", re.IGNORECASE)
+# The same shapes glued to letters ("DOB19800312", "born1980-03-12", "dob:03/12/1980x"): only a digit either side
+# refuses them, so a run of digits inside a code is never cut into one; they count only as a known day.
+GLUED_DATE_RE = re.compile(rf"(?<![0-9])(?:{_SHAPES})(?![0-9])", re.IGNORECASE)
 MONTH_NUMBER = ({m.lower(): i + 1 for i, m in enumerate(MONTHS)} | {m[:3].lower(): i + 1 for i, m in enumerate(MONTHS)}
                 | {"sept": 9})
 
@@ -165,19 +166,55 @@ _DATE_STARTS = re.compile(rf"[^0-9a-z](?=[\d{_FIRST_LETTERS}])(?=\d{{1,2}}[/.\-]
 _ALNUM_WHEN_LOWERED = ("\u0130", "\u212a")
 
 
+# Where a glued date can start: after a letter, at the start of any shape; after anything but a digit, at a shape
+# that a letter follows (a run of at most 11 digits and separators, the longest numeric shape; a day, at most a
+# 2-letter ordinal, a month and a year; a month, at most 6 more letters and a dot, a day, an ordinal and a comma, and
+# a year). "İ" and the Kelvin sign are NUL in the lowered text, "ſ" and "ı" themselves (re.IGNORECASE letters).
+_GLUED_LETTER = "[a-z\x00\u017f\u0131]"
+_GLUED_STARTS = re.compile(
+    rf"[^0-9](?=[\d{_FIRST_LETTERS}])(?:"
+    rf"(?<={_GLUED_LETTER})(?=\d{{1,2}}[/.\-]|\d{{4}}[/.\-]|(?:19|20)\d{{6}}"
+    rf"|\d{{1,2}}(?:[sſ]t|nd|rd|th)?\s+(?:of\s+)?(?:{_MONTH_STARTS})|(?:{_MONTH_STARTS})\S{{0,7}}\s+\d)"
+    rf"|(?=\d[\d/.\-']{{4,10}}{_GLUED_LETTER}"
+    rf"|\d{{1,2}}\S{{0,2}}\s+(?:of\s+)?(?:{_MONTH_STARTS})\S{{0,8}}\s+'?\d{{2,4}}{_GLUED_LETTER}"
+    rf"|(?:{_MONTH_STARTS})\S{{0,7}}\s+\d{{1,2}}\S{{0,3}}\s+(?:of\s+)?'?\d{{2,4}}{_GLUED_LETTER}))")
+
+
+def _lowered(text: str) -> str:
+    """`text` lowercased one character to one, with a character before it (a match's place is one on)."""
+    for c in _ALNUM_WHEN_LOWERED:
+        if c in text:
+            text = text.replace(c, "\x00")
+    return ("\n" + text).lower()
+
+
 def date_shapes(text: str) -> Iterator[re.Match]:
     """What `DATE_SHAPE_RE.finditer(text)` yields, trying the pattern only where a match can start."""
-    folded = text
-    for c in _ALNUM_WHEN_LOWERED:
-        if c in folded:
-            folded = folded.replace(c, "\x00")
-    folded = ("\n" + folded).lower()
     pos, match = 0, DATE_SHAPE_RE.match
-    for start in _DATE_STARTS.finditer(folded):
+    for start in _DATE_STARTS.finditer(_lowered(text)):
         p = start.start()  # the place in `text` of the character after the one this found
         if p >= pos and (m := match(text, p)):
             yield m
             pos = m.end()
+
+
+def glued_date_shapes(text: str) -> Iterator[re.Match]:
+    """From left to right, the matches of GLUED_DATE_RE that a letter touches (those `date_shapes` leaves) and
+    that do not overlap one found before."""
+    pos, match = 0, GLUED_DATE_RE.match
+    for start in _GLUED_STARTS.finditer(_lowered(text)):
+        p = start.start()
+        if p >= pos and (m := match(text, p)) and glued(m, text):
+            pos = m.end()
+            yield m
+
+
+def glued(m: re.Match, text: str) -> bool:
+    """Whether a letter touches the match: one `DATE_SHAPE_RE`'s word edges refuse (with "ſ", "K", "İ", "ı")."""
+    return bool(_LETTER.fullmatch(text[m.start() - 1:m.start()]) or _LETTER.fullmatch(text[m.end():m.end() + 1]))
+
+
+_LETTER = re.compile("[A-Za-z]", re.IGNORECASE)
 
 
 def _years(y: str) -> list[int]:
@@ -353,12 +390,19 @@ def search(pattern: re.Pattern, folded: Folded) -> Iterator[tuple[int, int]]:
 
 
 # A distinctive name part written in pieces ("Kowa lczyk", "Kowa-\nlczyk", "Kowa\\.br\\lczyk"): the pieces are
-# whole words whose letters, read together, spell the part; at most SPLIT_PIECES of them, SPLIT_GAP characters apart,
+# whole words whose letters, read together, spell the part; at most SPLIT_PIECES of them, SPLIT_GAP characters apart
+# (a run of white space counts as one: table cells rendered or written on lines of their own, "Kowa</td>\n    <td>lczyk"),
 # and not all English or clinical words of three letters or more ("new man" is not "Newman").
 SPLIT_PIECES, SPLIT_GAP = 3, 12
 _NOT_LETTER = re.compile(r"[\W\d_]+")
 _LETTER_RUN = re.compile(r"[^\W\d_]+")
+_SPACE_RUN = re.compile(r"\s+")
 _TAG = re.compile(r"<[^<>]{0,40}>")  # markup between the pieces ("Kowa<br/>lczyk") is no letters of the part
+
+
+def _gap(between: str) -> int:
+    """Characters between two pieces, a run of white space counted as one."""
+    return len(between) if len(between) <= SPLIT_GAP else len(_SPACE_RUN.sub(" ", between))
 
 
 def _split_automaton(known: tuple[KnownIdentifier, ...]):
@@ -394,7 +438,7 @@ def split_parts(automaton, folded: Folded) -> list[tuple[int, int]]:
         i, j = bisect.bisect_right(starts, a) - 1, bisect.bisect_right(starts, b - 1) - 1
         if i == j or j - i + 1 > SPLIT_PIECES or starts[i] != a or starts[j + 1] != b:
             continue  # one word (the regex's business), too many pieces, or pieces of longer words
-        if any(runs[k + 1][0] - runs[k][1] > SPLIT_GAP for k in range(i, j)):
+        if any(_gap(text[runs[k][1]:runs[k + 1][0]]) > SPLIT_GAP for k in range(i, j)):
             continue
         if all(e - s >= 3 and _a_word(text[s:e]) for s, e in runs[i:j + 1]):
             continue  # words of their own ("new man"); a piece of one or two letters is no word here ("Wałę sa")
@@ -501,7 +545,7 @@ class KnownMatcher:
             for text in texts:
                 starts.append(pos)
                 pos += len(text) + len(SEPARATOR)
-            for m in date_shapes(joined):
+            for m in chain(date_shapes(joined), glued_date_shapes(joined)):
                 if date_readings(m) & self.days:
                     i = bisect.bisect_right(starts, m.start()) - 1
                     found[i].append(Span(m.start() - starts[i], m.end() - starts[i], "DATE", detector, 1.0))
@@ -518,7 +562,10 @@ class KnownMatcher:
             for _, pattern in patterns:
                 if any(_keeps(m, folded[i].text) for m in pattern.finditer(folded[i].text)):
                     return True
-        return bool(self.days) and any(date_readings(m) & self.days for m in date_shapes(SEPARATOR.join(texts)))
+        if not self.days:
+            return False
+        joined = SEPARATOR.join(texts)
+        return any(date_readings(m) & self.days for m in chain(date_shapes(joined), glued_date_shapes(joined)))
 
 
 def _longest_first(alternatives: set[str]) -> tuple[str, ...]:
