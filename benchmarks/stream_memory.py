@@ -3,8 +3,9 @@
 Run: PYTHONPATH=. .venv/bin/python benchmarks/stream_memory.py [--lines 100000] [--segments 200000]
     [--shape obx|short|nte]
 Writes a synthetic NDJSON file (Observations of a few patients, one a line) and a synthetic ORU message
-(MSH, PID, OBR, then OBX NM segments, the shortest segments, or one comment's NTE lines), runs each through the CLI under /usr/bin/time -v with the audit trail off, and
-prints each input's size, the peak RSS, their ratio, and the wall time. Issue #36 target: peak RSS ≤ 4× input
+(MSH, PID, OBR, then OBX NM segments, the shortest segments, or one comment's NTE lines), runs each through
+the CLI under /usr/bin/time -v with the audit trail off, and prints each input's size, the peak RSS, their
+ratio, and the wall time. Issue #36 target: peak RSS ≤ 4× input
 at 1M lines / 1M segments (memory proportional to a line or a segment, not the file).
 """
 from __future__ import annotations
