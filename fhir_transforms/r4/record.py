@@ -29,6 +29,7 @@ from text_deid.stack import TextStack, known_identifiers_only
 
 R4_ONLY_PLACEHOLDER = {"resourceType": "Basic", "code": {"text": "an R4 resource type the R4B models lack"}}
 SKIP_KEYS = {"resourceType"}  # structure, not content
+XHTML_NAMESPACE = "http://www.w3.org/1999/xhtml"
 READ_APART = SKIP_KEYS | {"div", "data"}  # the keys whose strings the guard skips, or reads as rendered (XHTML, text attachments)
 
 
@@ -381,8 +382,9 @@ def _is_text(node: dict) -> bool:
 def _read_as_rendered(key: str, value: str, node: dict) -> list[str]:
     """A div or text attachment as the text stack read it (markup joined or broken as rendered, references
     decoded, attribute values apart), undecodable references as written; and the attachment as written."""
-    if key == "div":
-        return rendered.texts(rendered.markup_pieces(value, xml=False, strict=False))
+    if key == "div":  # less the namespace every div declares, the spec's constant ("www", "http" are no leak in it)
+        return rendered.texts([p for p in rendered.markup_pieces(value, xml=False, strict=False)
+                               if p.text != XHTML_NAMESPACE])
     decoded = base64.b64decode(value).decode("utf-8", "replace")
     return [decoded, *rendered.texts(rendered.content_pieces(str(node.get("contentType", "")), decoded, strict=False))]
 
