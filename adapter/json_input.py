@@ -2,7 +2,8 @@
 key, nesting deeper than MAX_DEPTH, or NaN/Infinity (including a number that overflows to it, 1e400) is bad
 input, never "last one wins", a RecursionError or a non-JSON number further on.
 
-Errors name a place (line and column, or a key path such as `entry[3].resource.name[0]`), never a value.
+Errors name a place (line and column, or a key path such as `entry[3].resource.name[0]`, where a key FHIR does not
+define is `?`), never a value.
 """
 from __future__ import annotations
 
@@ -12,13 +13,13 @@ import re
 import msgspec
 
 from fhir_transforms.errors import InputError
+from fhir_transforms.r4.schema import known_keys
 from text_deid.evaluation import STRICT_NUMBERS, NotFinite
 
 # Real FHIR nests far less: a Bundle entry's resource is 4 levels down, and a Questionnaire ten items deep
 # with nested extensions stays under 40. The engine (walker, R4B validation) recurses once or twice per
 # level and meets Python's recursion limit near 300 levels; 100 leaves room on both sides.
 MAX_DEPTH = 100
-_ELEMENT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")  # a key path shows only element-like names
 
 
 class JsonInputError(InputError):
@@ -212,5 +213,6 @@ def _too_deep_or_duplicate(doc: object) -> None:
 def _join(path: str, key) -> str:
     if isinstance(key, int):
         return f"{path}[{key}]"
-    name = key if _ELEMENT_NAME.fullmatch(key) else "?"
+    # only the element names FHIR defines: a sender's key may be anything, a name included
+    name = key if key in known_keys() or key.lstrip("_") in known_keys() else "?"
     return f"{path}.{name}" if path else name

@@ -177,7 +177,9 @@ def discover(root: Path) -> tuple[list[str], list[dict], str, dict]:
     if not root.is_dir():
         raise InputError(f"{root}: not a folder (a bulk export is a folder of .ndjson files)")
     files, skipped, manifest_name, fields = [], [], MANIFEST_NAME, {}
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+    found = sorted(p for p in root.rglob("*") if p.is_file() or fhir_files.is_dangling(p))
+    fhir_files.check_links(root, [p for p in found if p.suffix in fhir_files.SUFFIXES])
+    for path in found:
         rel = path.relative_to(root).as_posix()
         if path.name.startswith(".") or path.suffix not in fhir_files.SUFFIXES:
             continue

@@ -122,6 +122,8 @@ def serve_app(app, sock: socket.socket, ssl_certfile: Optional[Path], ssl_keyfil
             await super().shutdown(sockets)
             getattr(self, "_captured_signals", []).clear()  # stopped as asked: not raised again to kill the process
 
+    # uvicorn trusts X-Forwarded-For and -Proto from 127.0.0.1 unless told: no proxy is trusted unless named
+    options = {"proxy_headers": False, **options}
     Announcing(uvicorn.Config(app, access_log=False, log_level="warning",
                               ssl_certfile=str(ssl_certfile) if ssl_certfile else None,
                               ssl_keyfile=str(ssl_keyfile) if ssl_keyfile else None, **options)).run(sockets=[sock])

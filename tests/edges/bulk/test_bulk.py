@@ -185,6 +185,22 @@ def test_not_an_export_is_bad_usage(tmp_path, test_key_file):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_dangling_link_or_an_output_inside_the_export_is_bad_usage(tmp_path, test_key_file):
+    """Issue #36: a file of the export that a link no longer leads to is reported, not left out without a word;
+    OUT inside IN is refused, or the next run would read its own outputs as the export."""
+    root = tmp_path / "export"
+    root.mkdir()
+    shutil.copy(SAMPLE / "Patient.000.ndjson", root)
+    (root / "Observation.000.ndjson").symlink_to(tmp_path / "nowhere")
+    done = cli("bulk", str(root), str(tmp_path / "out"), "--key-file", str(test_key_file), "--stack", "patterns")
+    assert done.returncode == 2 and "lead nowhere" in done.stderr and "Observation.000.ndjson" in done.stderr
+    assert not (tmp_path / "out").exists()
+    (root / "Observation.000.ndjson").unlink()
+    done = cli("bulk", str(root), str(root / "out"), "--key-file", str(test_key_file), "--stack", "patterns")
+    assert done.returncode == 2 and "inside" in done.stderr
+    assert not (root / "out").exists()
+
+
 def journal_entries(out: Path) -> int:
     path = out / WORK_DIR / "journal.ndjson"
     return max(len(path.read_bytes().splitlines()) - 1, 0) if path.exists() else 0

@@ -13,6 +13,7 @@ import httpx
 import pytest
 import uvicorn
 
+from adapter.cli.common import serve_app
 from adapter.http.service import ServiceConfig, create_app
 from adapter.http.auth import TokenStore, add_client
 from fhir_transforms import rules
@@ -118,6 +119,23 @@ def test_an_unknown_stack_or_profile_is_400_and_not_echoed(service):
         resp = post(service, _parameters({"name": "resource", "resource": PATIENT}, {"name": name, "valueString": odd}))
         diagnostics = outcome_of(resp, 400)
         assert f"unknown {name}" in diagnostics and odd not in resp.text
+
+
+def test_a_400_names_the_place_not_the_key_or_resource_type_sent(service):
+    odd = "Zyxwortel6175550142"
+    for doc in ({**PATIENT, odd: "x"}, {**PATIENT, "name": [{"family": "Doe", odd: 1}]},
+                {"resourceType": odd, "id": "p1"}, f'{{"resourceType": "Patient", "{odd}": 1, "{odd}": 2}}'):
+        resp = post(service, doc)
+        assert outcome_of(resp, 400) and odd not in resp.text
+
+
+def test_the_service_trusts_no_forwarded_headers(monkeypatch):
+    """uvicorn's default takes X-Forwarded-For from any client on 127.0.0.1 as the client's address."""
+    served = []
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: served.append(self.config))
+    with socket.socket() as sock:
+        serve_app(create_app(ServiceConfig(None, None)), sock, None, None, "")
+    assert served[0].proxy_headers is False
 
 
 def test_the_api_description_is_not_served(service):

@@ -235,6 +235,7 @@ def test_bad_frames_and_bad_messages_are_naked_and_the_connection_keeps_working(
     assert acks == [("AR", ""), ("AA", "OK-1"), ("AR", ""), ("AE", "BAD-1"), ("AR", "REF-1"), ("AR", "CS-1"),
                     ("AR", "BIG-1"), ("AR", ""), ("AA", "OK-2")]
     assert b"larger than the limit of 20000 bytes" in answers[6]  # the NAK names the limit and the sender's id
+    assert b"MSH-18" in answers[5] and b"EBCDIC" not in answers[5]  # ERR-8 names the field, not what it held
     for a in answers:
         assert b"DOE" not in a and b"JOHN" not in a
         if b"MSA|AA" not in a:

@@ -417,10 +417,15 @@ def test_short_passwords_are_refused(tmp_path):
         add_user(tmp_path / "users.json", "tina", "reviewer", "north", "x")
 
 
-def test_a_discard_reason_is_kept_only_from_the_list_else_hashed():
+def test_a_discard_reason_is_kept_only_from_the_list_else_hashed(setup):
     assert review_reason("Duplicate") == "duplicate"
-    kept = review_reason("patient Zyxwortel asked to be left out")
+    said = "patient Zyxwortel asked to be left out"
+    kept = review_reason(said)
     assert kept.startswith("other sha256:") and "Zyxwortel" not in kept
+    admin, csrf = signed_in(setup, "adam")
+    assert admin.post(f"/admin/records/{setup.hold()}/discard", data={"csrf": csrf, "reason": said},
+                      follow_redirects=False).status_code == 303
+    assert [r["detail"]["reason"] for r in setup.trail.export(operations=["review"])] == [kept]
 
 
 def test_decisions_are_deduplicated_capped_and_never_echoed(setup):
