@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import functools
 import logging
 import os
 import signal
@@ -20,6 +21,7 @@ from adapter.cli.common import CharsetOpt, KeyFile, LlmModel, LlmUrl, ProfileOpt
 from adapter.engines import fhir_engine, profiles, with_vault_key
 from fhir_transforms.errors import SettingsError
 from adapter.mllp import client, listener as edge
+from fhir_transforms.hl7v2 import stream
 from fhir_transforms.hl7v2.engine import HL7Deidentifier
 from text_deid.stack import SETTINGS_OF, STACKS
 from adapter import settings
@@ -52,13 +54,13 @@ class Pools:
 
 
 def _hl7_engine(key_file, profile: Optional[str], stack: Optional[str], llm=None,
-                rules: Optional[Path] = None, charset: str = "") -> Callable[[str], str]:
+                rules: Optional[Path] = None, charset: str = "") -> HL7Deidentifier:
     """The HL7v2 engine the `hl7` command uses, with the same key, profile (or site rules), stack and LLM options."""
     base = fhir_engine(key_file, profile, stack, False, None, llm, rules=rules)  # a bad rules file: exit 2 before listening
     try:
         engine = HL7Deidentifier(profiles(profile, rules).hl7, base.pseudo, base.stack, base.clock, charset=charset)
         with_vault_key(base.pseudo, engine.profile.methods)
-        return engine.deidentify_streamed  # a long message a window at a time
+        return engine
     except SettingsError as e:
         fail(str(e))
 
@@ -132,14 +134,14 @@ def mllp(
         fail(f"--allow: {e}")
     target = edge.make_target(forward, ack_timeout)
     codec = charset_codec(charset)
-    engine = _hl7_engine(key_file, profile, stack, settings.llm(llm_url, llm_model), rules, codec)
+    deid = _hl7_engine(key_file, profile, stack, settings.llm(llm_url, llm_model), rules, codec)
+    engine = functools.partial(stream.deidentify_message, deid)  # a long message a window of segments at a time
     trail = auditing.open_trail(audit, audit_key_file)
-    audit_hook = _audit_hook(trail, engine.__self__) if trail is not None else None
+    audit_hook = _audit_hook(trail, deid) if trail is not None else None
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                         format="%(asctime)s deid-adapter mllp %(levelname)s %(message)s")
     workers = (os.cpu_count() or 1) if workers is None else workers
     pools = Pools(engine, workers, large_workers)
-    deid = engine.__self__
     limits = dict(max_frame=max_message_bytes, large_from=large_message_bytes, allow=networks,
                   charset=codec or deid.profile.charset,
                   message_timeout=message_timeout or _default_message_timeout(deid.stack),

@@ -866,13 +866,6 @@ class HL7Deidentifier:
         findings: list[Finding] = []
         return HL7Result(self._message(er7.parse_message(message), "message", findings, ""), tuple(findings))
 
-    def deidentify_streamed(self, message: str) -> HL7Result:
-        """`deidentify_with_findings`, a long message a window of segments at a time (`stream.py`): the same
-        result, in memory for the message's text and output instead of its parse (the MLLP listener's)."""
-        from fhir_transforms.hl7v2 import stream  # stream.py builds on this module
-
-        return stream.deidentify_message(self, message)
-
     def deidentify_file_text(self, text: str) -> str:
         """Every message of a file (and its FHS/BHS/BTS/FTS envelope), de-identified, in order."""
         return self.deidentify_file(text).text
