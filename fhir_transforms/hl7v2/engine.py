@@ -19,7 +19,7 @@ from fhir_transforms.hl7v2 import payload as ed
 from fhir_transforms.hl7v2.identifying import MIN_CHARACTERS, dates_with_time, holds_known_day, identifying
 from fhir_transforms.hl7v2.rules import (Datatype, DTMError, HL7Profile, Rule, dtm_age, dtm_full_date, dtm_shift, dtm_year,
                                          identifier_system, is_calendar_dtm, is_dtm, readable_year)
-from fhir_transforms.hl7v2.standard import field_type, standard_version
+from fhir_transforms.hl7v2.standard import defines, field_type, segment_ids, standard_version
 from fhir_transforms import dates, safe_harbor_gaps, values, zipcodes
 from fhir_transforms.errors import InputError, LeakFound, RecordRefused
 from fhir_transforms.fpe import FpeFallback, fpe_format, selects
@@ -57,6 +57,10 @@ PATIENT_SEGMENTS = frozenset({"PID", "PD1", "PV1", "PV2", "NK1", "GT1", "IN1", "
 DAY_RE = re.compile(r"\d{8}")
 ZIP_RE = re.compile(r"\s*\d{5}(?:-?\d{4})?\s*")  # a ZIP code in an address's state (XAD-4): ruled as XAD-5
 ADDRESS_TYPES = frozenset({"XAD", "AD"})
+# a field of these types holds a table code, a number or a date, never a segment id: one that does, followed
+# by a set ID, starts a segment a sender glued on (`MessageWalk._glued_at`)
+GLUE_TYPES = frozenset({"ID", "IS", "SI", "NM", "DT", "TM", "TS", "DTM"})
+SET_ID_RE = re.compile(r"\d{1,4}")
 QIP_FIELD_RE = re.compile(r"@?([A-Z][A-Z0-9]{2})[.-](\d+)(?:\.(\d+))?(?:\.(\d+))?")  # @PID.5.1
 _value_and_category = attrgetter("value", "category")  # KnownIdentifier's own order, without its generated __lt__
 
@@ -128,13 +132,21 @@ class MessageWalk:
             if self._open_note and self._open_note[0].split("|", 1)[0] != seg.sid:
                 self._open_note = None  # a run of OBX (or NTE) lines ends at the first other segment
             plans = self.deid.field_plans(self.version, seg.sid)
+            glued = 0  # the field where a segment a sender glued onto this one starts (its id), if any
             for n, raw in _fields(seg):
                 if not raw or raw == '""':
                     continue
                 if (seg.sid == "QPD" and n >= 3) or f"{seg.sid}.{n}" in self.profile.subject_values:
                     self._query_field(seg, n, raw, f"{seg.sid}[{k}]-{n}")
                     continue
-                rule, kind = plans.get(n) or self._plan(seg, n, plans)
+                if not glued and raw in segment_ids() and self._glued_at(seg, n):
+                    glued = n  # "PID|…|PV1|1|O|…": a lost segment break; what follows is ruled as PV1's fields
+                    continue
+                if glued:
+                    rule = self.profile.rule(seg.get(glued), n - glued, self.version)
+                    kind = self.deid.field_kind(rule)
+                else:
+                    rule, kind = plans.get(n) or self._plan(seg, n, plans)
                 if kind is KEEP:  # a datatype (ID, NM...) whose rule is `keep` is kept the same
                     continue
                 if kind is CONDITIONAL:  # a site rule's condition: decided per repetition
@@ -151,6 +163,15 @@ class MessageWalk:
                 for rep in f:
                     self.rep(rule, rep, where, seg)
                 self._fields.append((seg, n, f))
+
+    def _glued_at(self, seg: er7.Segment, n: int) -> bool:
+        """Whether field `n`, a segment id, starts a segment glued onto `seg` (a lost segment break): a field
+        the version does not define, or one of a code, number or date type (no such value is a segment id),
+        followed by a set ID, as most segments start (a facility coded "MSH" is followed by no such number)."""
+        if seg.sid in er7.HEADERS or seg.sid == "QPD":
+            return False
+        typed = defines(self.version, seg.sid, n) and field_type(self.version, seg.sid, n) not in GLUE_TYPES
+        return not typed and SET_ID_RE.fullmatch(seg.get(n + 1)) is not None
 
     def _query_field(self, seg: er7.Segment, n: int, raw: str, where: str) -> None:
         """A query parameter (QPD-3 on) by its query's statement in the profile (`queries`, by QPD-1.1): a rule,

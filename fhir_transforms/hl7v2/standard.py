@@ -99,6 +99,17 @@ def table_components(version: str) -> dict[str, frozenset[int]]:
 
 
 @lru_cache(maxsize=None)
+def segment_ids() -> frozenset[str]:
+    """Every segment id some supported version defines."""
+    return frozenset(sid for sid, _ in defined_fields())
+
+
+def defines(version: str, sid: str, n: int) -> bool:
+    """Whether `version` itself defines field `n` of `sid` (not a later or earlier version, as `field_type` reads)."""
+    return (sid, n) in field_types(version)
+
+
+@lru_cache(maxsize=None)
 def defined_fields() -> frozenset[tuple[str, int]]:
     """Every (segment id, field number) some supported version defines with a datatype (site rules are checked
     against it)."""

@@ -230,3 +230,27 @@ def test_the_guard_reads_names_less_their_short_words(test_key, name, kept, refu
             deid.deidentify(text)
     else:
         assert field(deid.deidentify(text), "NTE", 3) == kept
+
+
+# A sender that lost a segment break: "PID|…|PV1|1|O|…", PV1 written into PID's last fields. Found in a peer
+# project's suite (LinuxForHealth's FHIR converter): the doctors' names were kept as PID text.
+GLUED_PID = ("PID|1||44556^^^HOSP^MR||Quorlan^Vexabeth||20100412|F||||||||||||||||||||||||PV1|1|O|||||"
+             "2740^Tsadok^Janetary|2913^Merrit^Darren^F|3065^Mahoney^Paul^J||||||||9052^Winter^Oscar^||1001918")
+
+
+@pytest.mark.parametrize("version", ["2.3.1", "2.5.1"])
+def test_a_segment_glued_onto_another_is_ruled_as_its_own_fields(deid, version):
+    out = deid.deidentify(message(msh("ADT^A08", version), GLUED_PID))
+    for value in ("Tsadok", "Janetary", "Merrit", "Darren", "Mahoney", "Winter", "Oscar", "1001918", "Quorlan", "44556"):
+        assert value not in out, value
+    pid = next(s for s in out.split("\r") if s.startswith("PID")).split("|")
+    at = pid.index("PV1")
+    assert pid[at + 1:at + 3] == ["1", "O"]  # the glued segment's codes stay, as in a PV1 of its own
+
+
+def test_a_segment_id_as_a_code_is_not_a_glued_segment(deid):
+    """A facility coded "MSH" (PV1-39) followed by no set ID: the fields after it keep their own rules."""
+    pv1 = "PV1|1|O" + "|" * 37 + "MSH||A|||20010101000000"
+    out = deid.deidentify(message(msh("ADT^A04", "2.3"), "PID|1||44556^^^HOSP^MR||Quorlan^Vexabeth||20010101|F", pv1))
+    fields = next(s for s in out.split("\r") if s.startswith("PV1")).split("|")
+    assert fields[41] == "A" and fields[44] in ("2001", "")  # PV1-44, the admit date: ruled as a date
