@@ -6,6 +6,7 @@ import copy
 
 import pytest
 
+from fhir_transforms.errors import LeakFound
 from tests.conftest import make_engine
 from text_deid import leak_guard
 from text_deid.spans import KnownIdentifier
@@ -30,3 +31,15 @@ def test_a_patient_named_date_is_masked_and_written(test_key):
     out = make_engine(test_key).deidentify(copy.deepcopy(PATIENT), "Patient").resource
     div = out["text"]["div"]
     assert "[DATE]" in div and "[NAME]" in div and "Ann" not in div and "2020" not in div
+
+
+@pytest.mark.parametrize("family, element", [("Generated", "text.status"), ("Female", "gender")])
+def test_a_patient_named_as_a_code_of_the_record_is_refused_at_the_code(test_key, family, element):
+    """A kept code is read by the guard (a name written into Patient.language is a leak), so a name that spells
+    one of the record's codes refuses the record, by design, at the code and not at the masked narrative."""
+    patient = copy.deepcopy(PATIENT)
+    patient.update(gender="female", name=[{"family": family, "given": ["Ann"]}])
+    patient["text"]["div"] = f'<div xmlns="http://www.w3.org/1999/xhtml">Ann {family} seen</div>'
+    with pytest.raises(LeakFound) as e:
+        make_engine(test_key, validate=False).deidentify(patient, "Patient")
+    assert f"Patient.{element}" in str(e.value) and "text.div" not in str(e.value) and family not in str(e.value)

@@ -13,7 +13,8 @@ from text_deid import leak_guard
 from text_deid.detectors.known_identifiers import (_AFTER_LOWER, _ALNUM_WHEN_LOWERED, _BEFORE_LOWER, DATE_SHAPE_RE,
                                                    GLUED_DATE_RE, MONTHS, SEPARATOR, _alternation, _candidate,
                                                    _longest_first, compile_known, date_readings, date_shapes, find_known,
-                                                   find_known_many, forms, glued_date_shapes, inner_forms, occurs_in_any,
+                                                   _split_automaton, find_known_many, forms, glued_date_shapes, inner_forms,
+                                                   occurs_in_any, split_parts,
                                                    project, search)
 from text_deid.normal_form import fold, fold_value
 from text_deid.spans import KnownIdentifier, Span
@@ -204,6 +205,12 @@ def test_records_asking_in_turn_from_threads_each_get_their_own_matcher():
 # The reference for the automaton: the candidate loop the matcher ran before it (every candidate's needles
 # looked for in the projected text, one alternation per category over the forms that pass, on the texts joined).
 def reference_find(text: str, known: tuple[KnownIdentifier, ...]) -> list[Span]:
+    regex, dates = _reference_groups(text, known)
+    return regex + _split_spans(text, known) + dates
+
+
+def _reference_groups(text: str, known: tuple[KnownIdentifier, ...]) -> tuple[list[Span], list[Span]]:
+    """(the forms' spans, category by category; the known days' spans), as the matcher orders them."""
     candidates = [c for k in known if (c := _candidate(k)) is not None]
     spans = []
     if candidates:
@@ -219,8 +226,17 @@ def reference_find(text: str, known: tuple[KnownIdentifier, ...]) -> list[Span]:
             pattern = _alternation(_longest_first(edged), _longest_first(inner))
             spans += [Span(start, end, category, "known", 1.0) for start, end in search(pattern, folded)]
     days = {tuple(int(g) for g in k.value.split("-")) for k in known if k.category == "DATE"}
-    spans += [Span(m.start(), m.end(), "DATE", "known", 1.0) for m in DATE_SHAPE_RE.finditer(text) if date_readings(m) & days]
-    return spans
+    dates = [Span(m.start(), m.end(), "DATE", "known", 1.0) for m in DATE_SHAPE_RE.finditer(text) if date_readings(m) & days]
+    dates += [Span(m.start(), m.end(), "DATE", "known", 1.0) for m in glued_reference(text) if date_readings(m) & days]
+    return spans, dates
+
+
+def _split_spans(text: str, known: tuple[KnownIdentifier, ...]) -> list[Span]:
+    """A name part written in pieces ("DESS E" for Desse): the matcher's own layer, text by text
+    (`test_normal_form.py` and `test_name_spellings_in_records.py` test what it finds)."""
+    automaton = _split_automaton(known)
+    return [Span(start, end, "NAME", "known", 1.0) for start, end in split_parts(automaton, fold(text))] \
+        if automaton is not None and any(_candidate(k) is not None for k in known) else []
 
 
 def reference_find_many(texts: list[str], known: tuple[KnownIdentifier, ...]) -> list[list[Span]]:
@@ -229,9 +245,17 @@ def reference_find_many(texts: list[str], known: tuple[KnownIdentifier, ...]) ->
         starts.append(pos)
         pos += len(text) + len(SEPARATOR)
     found: list[list[Span]] = [[] for _ in texts]
-    for s in reference_find(SEPARATOR.join(texts), known):
-        i = bisect.bisect_right(starts, s.start) - 1
-        found[i].append(Span(s.start - starts[i], s.end - starts[i], s.category, s.detector, s.confidence))
+    regex, dates = _reference_groups(SEPARATOR.join(texts), known)
+
+    def place(spans: list[Span]) -> None:
+        for s in spans:
+            i = bisect.bisect_right(starts, s.start) - 1
+            found[i].append(Span(s.start - starts[i], s.end - starts[i], s.category, s.detector, s.confidence))
+
+    place(regex)
+    for i, text in enumerate(texts):
+        found[i] += _split_spans(text, known)
+    place(dates)
     return found
 
 
