@@ -19,7 +19,7 @@ from fhir_transforms.hl7v2 import payload as ed
 from fhir_transforms.hl7v2.identifying import MIN_CHARACTERS, dates_with_time, holds_known_day, identifying
 from fhir_transforms.hl7v2.rules import (Datatype, DTMError, HL7Profile, Rule, dtm_age, dtm_full_date, dtm_shift, dtm_year,
                                          identifier_system, is_calendar_dtm, is_dtm, readable_year)
-from fhir_transforms.hl7v2.standard import defines, field_type, segment_ids, standard_version
+from fhir_transforms.hl7v2.standard import defines, field_type, standard_version
 from fhir_transforms import dates, safe_harbor_gaps, values, zipcodes
 from fhir_transforms.errors import InputError, LeakFound, RecordRefused
 from fhir_transforms.fpe import FpeFallback, fpe_format, selects
@@ -139,7 +139,7 @@ class MessageWalk:
                 if (seg.sid == "QPD" and n >= 3) or f"{seg.sid}.{n}" in self.profile.subject_values:
                     self._query_field(seg, n, raw, f"{seg.sid}[{k}]-{n}")
                     continue
-                if not glued and raw in segment_ids() and self._glued_at(seg, n):
+                if not glued and len(raw) == 3 and self._glued_at(seg, n):
                     glued = n  # "PID|…|PV1|1|O|…": a lost segment break; what follows is ruled as PV1's fields
                     continue
                 if glued:
@@ -165,10 +165,11 @@ class MessageWalk:
                 self._fields.append((seg, n, f))
 
     def _glued_at(self, seg: er7.Segment, n: int) -> bool:
-        """Whether field `n`, a segment id, starts a segment glued onto `seg` (a lost segment break): a field
-        the version does not define, or one of a code, number or date type (no such value is a segment id),
-        followed by a set ID, as most segments start (a facility coded "MSH" is followed by no such number)."""
-        if seg.sid in er7.HEADERS or seg.sid == "QPD":
+        """Whether field `n` starts a segment glued onto `seg` (a lost segment break): a segment id of the
+        standard, in a field the version does not define or one of a code, number or date type (no such value
+        is a segment id), followed by a set ID, as most segments start (a facility coded "MSH" is followed by
+        no such number)."""
+        if seg.sid in er7.HEADERS or seg.sid == "QPD" or field_type(self.version, seg.get(n), 1) is None:
             return False
         typed = defines(self.version, seg.sid, n) and field_type(self.version, seg.sid, n) not in GLUE_TYPES
         return not typed and SET_ID_RE.fullmatch(seg.get(n + 1)) is not None

@@ -316,31 +316,35 @@ SEGMENT_LINE_RE = re.compile(r"[^\r\n]+")
 
 
 def scan_text(text: str) -> list[Item]:
-    """`parse_text`'s messages and envelope segments, with its errors, as places in `text` instead of parsed
-    segments: a file read this way holds a segment at a time, not its parse (large messages, `stream.py`)."""
+    """Every message and envelope segment of a file, in order, as places in `text` (`segments` parses them one
+    at a time, so a file read this way holds a segment at a time: `stream.py`). InputError for anything that
+    is not ER7."""
     items: list[Item] = []
-    current: Item | None = None  # the message being read
+    message: list = []  # the message being read: [start, end, delimiters, segments]
     n = 0
     for line, start, end in segment_lines(text, 0, len(text)):
         n += 1
         sid = line[:3]
-        if sid in HEADERS:
-            d = Delimiters.from_header(line)
+        if sid in HEADERS or sid in ENVELOPE:
+            if message:
+                items.append(Item(message[0], message[1], message[2], False, message[3]))
+            if sid in HEADERS:
+                d = Delimiters.from_header(line)
+            else:  # a trailer: in the delimiters of what it closes
+                d = message[2] if message else (items[-1].delimiters if items else Delimiters())
             _check_segment(line, d, f"segment {n}")
-            current = Item(start, end, d, False, 1) if sid == "MSH" else None
-            items.append(current or Item(start, end, d, True, 1))
+            message = [start, end, d, 1] if sid == "MSH" else []
+            if not message:
+                items.append(Item(start, end, d, True, 1))
             continue
-        if sid in ENVELOPE:
-            d = current.delimiters if current else (items[-1].delimiters if items else Delimiters())
-            _check_segment(line, d, f"segment {n}")
-            items.append(Item(start, end, d, True, 1))
-            current = None
-            continue
-        if current is None:
+        if not message:
             raise InputError(f"segment {n} ({sid if SEGMENT_ID_RE.match(sid) else '?'}) is outside a message: "
                              "every message must start with MSH")
-        _check_segment(line, current.delimiters, f"segment {n}")
-        current = items[-1] = Item(current.start, end, current.delimiters, False, current.count + 1)
+        _check_segment(line, message[2], f"segment {n}")
+        message[1] = end
+        message[3] += 1
+    if message:
+        items.append(Item(message[0], message[1], message[2], False, message[3]))
     if not n:
         raise InputError("no HL7v2 segments")
     if not any(not m.envelope for m in items):
@@ -359,43 +363,25 @@ def segment_lines(text: str, start: int, end: int):
     if start == 0:
         while start < end and text[start] == "\ufeff":  # split_segments's lstrip
             start += 1
-    for m in SEGMENT_LINE_RE.finditer(text, start, end):
-        line = m.group()
+    if "\n" in text:
+        for m in SEGMENT_LINE_RE.finditer(text, start, end):
+            line = m.group()
+            if line.strip():
+                yield line, m.start(), m.end()
+        return
+    find = text.find  # segments ended by CR alone, as our own output: a find per line is several times faster
+    while start < end:
+        stop = find("\r", start, end)
+        stop = end if stop < 0 else stop
+        line = text[start:stop]
         if line.strip():
-            yield line, m.start(), m.end()
+            yield line, start, stop
+        start = stop + 1
 
 
 def parse_text(text: str) -> list[Message]:
     """Every message and envelope segment of a file, in order. InputError for anything that is not ER7."""
-    lines = split_segments(text)
-    if not lines:
-        raise InputError("no HL7v2 segments")
-    items: list[Message] = []
-    current: Message | None = None
-    for n, line in enumerate(lines, 1):
-        sid = line[:3]
-        if sid in HEADERS:
-            d = Delimiters.from_header(line)
-            seg = parse_segment(line, d, f"segment {n}")
-            if sid == "MSH":
-                current = Message([seg], d)
-                items.append(current)
-            else:
-                current = None
-                items.append(Message([seg], d, envelope=True))
-            continue
-        if sid in ENVELOPE:
-            d = current.delimiters if current else (items[-1].delimiters if items else Delimiters())
-            items.append(Message([parse_segment(line, d, f"segment {n}")], d, envelope=True))
-            current = None
-            continue
-        if current is None:
-            raise InputError(f"segment {n} ({sid if SEGMENT_ID_RE.match(sid) else '?'}) is outside a message: "
-                             "every message must start with MSH")
-        current.segments.append(parse_segment(line, current.delimiters, f"segment {n}"))
-    if not any(not m.envelope for m in items):
-        raise InputError("no MSH segment: not an HL7v2 message")
-    return items
+    return [Message(list(segments(text, item)), item.delimiters, item.envelope) for item in scan_text(text)]
 
 
 def parse_message(text: str) -> Message:
@@ -439,26 +425,37 @@ def fit_charset(message: Message) -> str:
     text = message.to_er7()
     if msh.sid != "MSH" or text.isascii():
         return text
-    try:
-        text.encode(message_codec(msh, message.delimiters))
-        if msh.get(18).strip():
-            return text
-    except UnicodeEncodeError:
-        pass
-    while len(msh.parts) <= msh.index(18):
-        msh.parts.append("")
-    msh.set(18, UTF8_LABEL)
+    if fits(text, message_codec(msh, message.delimiters)) and msh.get(18).strip():
+        return text
+    label_utf8(msh)
     return message.to_er7()
 
 
-def encode(text: str) -> bytes:
+def fits(text: str, codec: str) -> bool:
+    """Whether every character of `text` can be written in `codec`."""
+    try:
+        text.encode(codec)
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def label_utf8(msh: Segment) -> None:
+    """MSH-18 set to UNICODE UTF-8, the character set that holds any text."""
+    while len(msh.parts) <= msh.index(18):
+        msh.parts.append("")
+    msh.set(18, UTF8_LABEL)
+
+
+def encode(text: str, codec: str = "utf-8") -> bytes:
     """ER7 output as bytes: each message in the character set its MSH-18 names (after `fit_charset`),
-    envelope segments in the one of the message before them (else UTF-8). InputError where a character does
+    envelope segments in the one of the message before them (else `codec`: the file's text written so far
+    ended in a message that names it). InputError where a character does
     not fit (the CLI counts it as bad input, MLLP answers AE, HTTP 400): nothing is written with a replacement."""
     if text.isascii():  # the same bytes in every charset of CHARSETS (all are ASCII-compatible)
         return text.encode("ascii")
     try:
-        return b"\r".join(line.encode(codec) for line, codec in _line_codecs(text))
+        return b"\r".join(line.encode(codec) for line, codec in _line_codecs(text, codec))
     except UnicodeEncodeError:
         raise InputError("the de-identified message cannot be written in its MSH-18 character set") from None
 
@@ -468,8 +465,7 @@ def write_message(message: Message) -> bytes:
     return encode(fit_charset(message))  # keeps an ASCII message as it is
 
 
-def _line_codecs(text: str):
-    codec = "utf-8"
+def _line_codecs(text: str, codec: str = "utf-8"):
     for line in text.split("\r"):
         if line.startswith("MSH") and len(line) >= 8:
             codec = output_codec(line)

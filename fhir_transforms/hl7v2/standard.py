@@ -98,12 +98,6 @@ def table_components(version: str) -> dict[str, frozenset[int]]:
     return found
 
 
-@lru_cache(maxsize=None)
-def segment_ids() -> frozenset[str]:
-    """Every segment id some supported version defines."""
-    return frozenset(sid for sid, _ in defined_fields())
-
-
 def defines(version: str, sid: str, n: int) -> bool:
     """Whether `version` itself defines field `n` of `sid` (not a later or earlier version, as `field_type` reads)."""
     return (sid, n) in field_types(version)

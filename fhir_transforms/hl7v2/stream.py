@@ -15,7 +15,7 @@ import shutil
 import tempfile
 from typing import BinaryIO, Iterator, NamedTuple
 
-from fhir_transforms.errors import InputError, RecordRefused
+from fhir_transforms.errors import RecordRefused
 from fhir_transforms.hl7v2 import message as er7
 from fhir_transforms.hl7v2.engine import (Finding, HL7Deidentifier, HL7Result, MessageWalk, _value_and_category, guard,
                                           refuse_leaks)
@@ -83,7 +83,7 @@ def _put_envelopes(deid: HL7Deidentifier, text: str, items: list[er7.Item], enve
     for i, _, codec in envelopes:
         message = er7.Message(list(er7.segments(text, items[i])), items[i].delimiters, envelope=True)
         where = f"envelope {message.segments[0].sid}"
-        written.append(_encoded(deid._deidentified(message, where, found[i], where + "/", linked)[0], codec))
+        written.append(er7.encode(deid._deidentified(message, where, found[i], where + "/", linked)[0], codec))
     spool.seek(0)
     done = 0
     for (_, offset, _), data in zip(envelopes, written):
@@ -162,39 +162,19 @@ def _write_streamed(deid: HL7Deidentifier, text: str, item: er7.Item, where: str
             for line in lines[1:] if start == 1 else lines:
                 if not line.isascii():
                     ascii_only = False
-                    fits = fits and _fits(line, codec)
+                    fits = fits and er7.fits(line, codec)
                 rest.write(line)
             walk.next_window(keep_open_note=False)
         refuse_leaks(where, leaks)
         findings += notes_found + terms_found
         head = d.field.join(msh.parts) + "\r"
         if not ascii_only or not head.isascii():  # as `fit_charset` does for a whole message
-            if not (fits and _fits(head, codec) and msh.get(18).strip()):
-                while len(msh.parts) <= msh.index(18):
-                    msh.parts.append("")
-                msh.set(18, er7.UTF8_LABEL)
+            if not (fits and er7.fits(head, codec) and msh.get(18).strip()):
+                er7.label_utf8(msh)
                 head = d.field.join(msh.parts) + "\r"
         codec = er7.output_codec(head)
-        out.write(_encoded(head, codec))
+        out.write(er7.encode(head))
         rest.seek(0)
         for line in rest:  # newline="": read back line by line, each ended by its "\r"
-            out.write(_encoded(line, codec))
+            out.write(er7.encode(line, codec))
     return codec, guarded
-
-
-def _fits(text: str, codec: str) -> bool:
-    try:
-        text.encode(codec)
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def _encoded(text: str, codec: str) -> bytes:
-    """Segments ended by "\\r" as `encode` writes them: each line in `codec`."""
-    if text.isascii():
-        return text.encode("ascii")
-    try:
-        return b"\r".join(line.encode(codec) for line in text.split("\r"))
-    except UnicodeEncodeError:
-        raise InputError("the de-identified message cannot be written in its MSH-18 character set") from None
