@@ -281,11 +281,6 @@ def decode_bytes(data: bytes, default: str = "") -> str:
     return read_bytes(data, default).text
 
 
-def split_segments(text: str) -> list[str]:
-    """Segments of a text: \\r, \\n or \\r\\n separated, a BOM dropped, blank lines skipped."""
-    return [s for s in _lines(text.lstrip("\ufeff")) if s.strip()]
-
-
 def _lines(text: str) -> list[str]:
     """`text` split on CR, LF and CR LF (str.split where it holds no LF, as our own output: many times faster)."""
     return text.split("\r") if "\n" not in text else LINE_BREAK_RE.split(text)
@@ -359,9 +354,10 @@ def segments(text: str, item: Item):
 
 
 def segment_lines(text: str, start: int, end: int):
-    """(line, start, end) of each segment between `start` and `end`, as `split_segments` reads them."""
+    """(line, start, end) of each segment between `start` and `end`: lines ended by CR, LF or CR LF, a BOM at
+    the text's start dropped, blank lines skipped."""
     if start == 0:
-        while start < end and text[start] == "\ufeff":  # split_segments's lstrip
+        while start < end and text[start] == "\ufeff":
             start += 1
     if "\n" in text:
         for m in SEGMENT_LINE_RE.finditer(text, start, end):
